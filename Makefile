@@ -1,0 +1,37 @@
+# factgate — `make` alone lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed ## create the virtual environment and install factgate with dev tools
+
+services: ## start the local PostgreSQL and Redis if installed but stopped
+	@bash scripts/services.sh
+
+test: install services ## install, start services, run the whole suite
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install ## ruff and mypy (strict)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: install ## format and autofix
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+demo: install ## run the 24 reference claims through the embedded stack (no services, no key needed)
+	@$(VENV)/bin/factgate check examples/claims.jsonl --mode both
+
+.PHONY: help install services test lint fmt demo

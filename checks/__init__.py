@@ -1,0 +1,1 @@
+"""factgate: checks layer."""

@@ -1,0 +1,1 @@
+"""factgate: cli layer."""

@@ -1,0 +1,139 @@
+"""Every setting factgate reads, parsed from the environment in one typed place.
+
+Why one place: the web process, the workers, the CLI and the tests must agree on the same
+values, and a reviewer should be able to see every knob (and its default) on one screen.
+The API key is held here but never rendered: `Settings.__repr__` masks it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_API_BASE = "https://api.perplexity.ai"
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def _str(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return raw.strip()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Typed settings. Build with `Settings.from_env()`; tests use `dataclasses.replace`."""
+
+    # Where state lives. Both unset → embedded mode (SQLite file + in-process broker and limiter).
+    database_url: str | None = None
+    redis_url: str | None = None
+    instance_path: Path = field(default_factory=lambda: Path("instance"))
+
+    # Upstream. No key → the bundled simulator answers, and every output says so.
+    perplexity_api_key: str | None = field(default=None, repr=False)
+    perplexity_api_base: str = DEFAULT_API_BASE
+    http_timeout_s: float = 30.0
+    http_max_retries: int = 3
+
+    # Global upstream rate limits (requests per second, per key and endpoint).
+    decisions_rps: float = 10.0
+    search_rps: float = 50.0
+    agent_rps: float = 3.0
+    limiter_max_wait_s: float = 60.0
+
+    # Intake limits.
+    max_rows_per_job: int = 200_000
+    max_claim_bytes: int = 4_096
+    max_body_bytes: int = 64 * 1024 * 1024
+
+    # Queue behaviour.
+    chord_size: int = 500
+    lease_s: int = 300
+    task_max_retries: int = 5
+    sweep_interval_s: float = 15.0
+    worker_concurrency: int = 16
+
+    # Web.
+    secret_key: str | None = field(default=None, repr=False)
+
+    @property
+    def embedded(self) -> bool:
+        """True when neither a database nor a Redis URL is configured."""
+        return self.database_url is None and self.redis_url is None
+
+    @property
+    def uses_simulator(self) -> bool:
+        """True when no API key is set: the bundled simulator stands in for Perplexity."""
+        return self.perplexity_api_key is None
+
+    def effective_database_url(self) -> str:
+        """The SQLAlchemy URL to use; embedded mode gets a SQLite file in the instance folder."""
+        if self.database_url:
+            url = self.database_url
+            # Heroku-style and bare postgres URLs select psycopg 3, the driver we ship.
+            if url.startswith("postgres://"):
+                url = "postgresql+psycopg://" + url[len("postgres://") :]
+            elif url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url[len("postgresql://") :]
+            return url
+        return f"sqlite:///{(self.instance_path / 'factgate.db').resolve()}"
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> Settings:
+        """A copy with some fields replaced (unknown names are an error, not silently ignored)."""
+        if not overrides:
+            return self
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))}")
+        return replace(self, **dict(overrides))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read every setting from the environment (`os.environ` by default)."""
+        e = os.environ if env is None else env
+        return cls(
+            database_url=_str(e, "DATABASE_URL"),
+            redis_url=_str(e, "REDIS_URL"),
+            instance_path=Path(_str(e, "FACTGATE_INSTANCE_PATH") or "instance"),
+            perplexity_api_key=_str(e, "PERPLEXITY_API_KEY"),
+            perplexity_api_base=(_str(e, "PERPLEXITY_API_BASE") or DEFAULT_API_BASE).rstrip("/"),
+            http_timeout_s=_float(e, "FACTGATE_HTTP_TIMEOUT_S", 30.0),
+            http_max_retries=_int(e, "FACTGATE_HTTP_MAX_RETRIES", 3),
+            decisions_rps=_float(e, "FACTGATE_DECISIONS_RPS", 10.0),
+            search_rps=_float(e, "FACTGATE_SEARCH_RPS", 50.0),
+            agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
+            limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
+            max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 200_000),
+            max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
+            max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),
+            chord_size=_int(e, "FACTGATE_CHORD_SIZE", 500),
+            lease_s=_int(e, "FACTGATE_LEASE_S", 300),
+            task_max_retries=_int(e, "FACTGATE_TASK_MAX_RETRIES", 5),
+            sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
+            worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 16),
+            secret_key=_str(e, "FACTGATE_SECRET_KEY"),
+        )

@@ -1,0 +1,1 @@
+"""factgate: migrations layer."""

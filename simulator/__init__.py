@@ -1,0 +1,1 @@
+"""factgate: simulator layer."""
