@@ -1,1 +1,33 @@
-"""factgate: models layer."""
+"""factgate: SQLAlchemy models, engine and session factory (the schema changes only via migrations/)."""
+
+from models.base import Base, utcnow
+from models.db import make_engine, make_session_factory, session_scope
+from models.jobs import (
+    ITEM_STATUSES,
+    ITEM_TERMINAL_STATUSES,
+    JOB_KINDS,
+    JOB_LIVE_STATUSES,
+    JOB_STATUSES,
+    ApiCall,
+    Item,
+    Job,
+)
+from models.tenancy import ApiToken, Tenant
+
+__all__ = [
+    "ITEM_STATUSES",
+    "ITEM_TERMINAL_STATUSES",
+    "JOB_KINDS",
+    "JOB_LIVE_STATUSES",
+    "JOB_STATUSES",
+    "ApiCall",
+    "ApiToken",
+    "Base",
+    "Item",
+    "Job",
+    "Tenant",
+    "make_engine",
+    "make_session_factory",
+    "session_scope",
+    "utcnow",
+]

@@ -1,0 +1,140 @@
+"""Jobs, their items, and one row per upstream HTTP attempt.
+
+Postgres is the source of truth (Redis only holds hints): an item's status, lease and output live
+here, so a job can always be finished from this data alone.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+
+JOB_KINDS = ("claims", "answer", "quote")
+JOB_STATUSES = (
+    "validating",
+    "queued",
+    "in_progress",
+    "finalizing",
+    "completed",
+    "cancelling",
+    "cancelled",
+    "failed",
+)
+JOB_LIVE_STATUSES = ("queued", "in_progress", "finalizing", "cancelling")
+ITEM_STATUSES = ("pending", "running", "done", "failed", "skipped")
+ITEM_TERMINAL_STATUSES = ("done", "failed", "skipped")
+
+
+class Job(Base):
+    """One submitted batch. `summary` holds the finalized report totals (scorecards, flips, ...)."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key"),
+        Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default="validating")
+    options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), default=None)
+    # `metadata` is reserved by SQLAlchemy's declarative base, hence the attribute name.
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    total_items: Mapped[int] = mapped_column(Integer, default=0)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    warnings: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    # True when answers came from the bundled simulator, so every output can say so.
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    finalizing_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class Item(Base):
+    """One unit of upstream work: a claim in one mode, an answer sentence, a search result, ...
+
+    `dedupe_key` identifies identical upstream requests inside a job: only the first such item is
+    sent and its result is copied to the others (`duplicate_of`). `lease_until` bounds how long a
+    running item may stay claimed before the sweeper hands it out again; `attempts` doubles as the
+    lease token, so a worker whose lease was taken over cannot overwrite the new owner's result.
+    """
+
+    __tablename__ = "items"
+    __table_args__ = (
+        UniqueConstraint("job_id", "custom_id", "mode"),
+        Index("ix_items_job_status", "job_id", "status"),
+        Index("ix_items_job_position", "job_id", "position"),
+        Index("ix_items_job_dedupe", "job_id", "dedupe_key"),
+        Index("ix_items_status_lease", "status", "lease_until"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("items.id", ondelete="CASCADE"), default=None, index=True
+    )
+    stage: Mapped[str] = mapped_column(String(16))  # claim | question | sentence | rewrite | result | compare
+    position: Mapped[int] = mapped_column(Integer)
+    custom_id: Mapped[str] = mapped_column(String(200))
+    mode: Mapped[str] = mapped_column(String(16), default="")
+    input: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    dedupe_key: Mapped[str | None] = mapped_column(String(64), default=None)
+    duplicate_of: Mapped[int | None] = mapped_column(BigIntPK, default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class ApiCall(Base):
+    """One HTTP attempt upstream. Support looks calls up by `request_id` (the upstream `x-request-id`)."""
+
+    __tablename__ = "api_calls"
+    __table_args__ = (Index("ix_api_calls_job", "job_id"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    item_id: Mapped[int | None] = mapped_column(ForeignKey("items.id", ondelete="SET NULL"), default=None)
+    endpoint: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str | None] = mapped_column(String(64), default=None)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    request_id: Mapped[str | None] = mapped_column(String(128), default=None, index=True)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    searches: Mapped[int] = mapped_column(Integer, default=0)
+    search_results: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
