@@ -23,7 +23,7 @@ def pg_url() -> Iterator[str]:
     """A fresh Postgres database at the head migration, dropped at the end of the session."""
     try:
         url = create_pg_database()
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "unreachable"
+    except Exception as exc:
         unavailable("PostgreSQL", exc)
         raise
     try:
@@ -69,7 +69,7 @@ def redis_client() -> Iterator[redis_lib.Redis]:
     client = redis_lib.Redis.from_url(REDIS_URL)
     try:
         client.ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         unavailable("Redis", exc)
         raise
     yield client

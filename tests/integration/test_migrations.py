@@ -40,7 +40,7 @@ def test_sqlite_upgrade_downgrade_upgrade(tmp_path: Path) -> None:
 def test_postgres_upgrade_downgrade_upgrade() -> None:
     try:
         url = create_pg_database("factgate_mig")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         unavailable("PostgreSQL", exc)
         raise
     try:
