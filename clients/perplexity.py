@@ -1,0 +1,334 @@
+"""One httpx client for the Perplexity Decisions, Agent and Search APIs.
+
+Every call: serialise the body once, ask the rate limiter for a slot (`before_attempt`),
+POST, and either return a validated answer or decide — through `clients.retry` — whether to
+wait and try again. Each POST becomes an `AttemptRecord`; the call returns (or raises) with a
+`CallRecord` holding all of them. One `httpx.Client` per instance keeps connections alive;
+it is safe to share between the threads of one worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import httpx
+
+from clients.errors import API_KEY_ENV, MissingApiKeyError, UpstreamError
+from clients.records import AttemptRecord, CallRecord
+from clients.redaction import one_line, redact
+from clients.results import AgentAnswer, Decision, SearchResponse
+from clients.retry import RetryPolicy, retryable_exception, retryable_status
+from clients.validation import MalformedResponseError, validate_agent, validate_decision, validate_search
+
+DEFAULT_BASE_URL = "https://api.perplexity.ai"
+BASE_URL_ENV = "PERPLEXITY_API_BASE"
+DEFAULT_USER_AGENT = f"factgate/0.1 (httpx {httpx.__version__})"
+AGENT_TIMEOUT_S = 120.0  # an Agent call searches and writes; 30 s is too short for it
+
+DECISIONS, AGENT, SEARCH = "decisions", "agent", "search"
+PATHS = {DECISIONS: "/v1/decisions", AGENT: "/v1/agent", SEARCH: "/search"}
+
+logger = logging.getLogger("factgate.clients")
+
+Result = TypeVar("Result", Decision, AgentAnswer, SearchResponse)
+Validator = Callable[[object, Mapping[str, Any]], Result]
+TimeoutArg = float | httpx.Timeout
+
+_HTML = re.compile(r"(?is)^\s*(<!doctype|<html)")
+_TITLE = re.compile(r"(?is)<title[^>]*>(.*?)</title>")
+_TAG = re.compile(r"(?s)<[^>]+>")
+
+
+def _check_key(api_key: str | None) -> str:
+    key = (api_key or "").strip()
+    if not key:
+        raise MissingApiKeyError
+    if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+        # Said without the value: a header error from httpx would print it.
+        raise ValueError(f"{API_KEY_ENV} contains spaces or non-ASCII characters; check how it was set")
+    return key
+
+
+def error_message(response: httpx.Response) -> str:
+    """The most useful text of a failed response: `error.message`, a 422 `detail`, or the raw body."""
+    text = response.text
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
+            return str(error["message"])
+        if isinstance(error, str) and error.strip():
+            return error
+        detail = data.get("detail")
+        if isinstance(detail, str) and detail.strip():
+            return detail
+        if isinstance(detail, list) and detail:
+            return "; ".join(_detail_line(item) for item in detail)
+    if _HTML.match(text):  # a gateway's 504 page: its title says more than its markup
+        title = _TITLE.search(text)
+        text = title.group(1) if title else _TAG.sub(" ", text)
+    if text.strip():
+        return text
+    return response.reason_phrase or "empty body"
+
+
+def _detail_line(item: object) -> str:
+    """One FastAPI validation error as `loc.path: msg`."""
+    if not isinstance(item, dict):
+        return str(item)
+    loc = item.get("loc")
+    where = ".".join(str(part) for part in loc) if isinstance(loc, list) else ""
+    message = str(item.get("msg", item))
+    return f"{where}: {message}" if where else message
+
+
+def _grounded(endpoint: str, body: Mapping[str, Any]) -> bool:
+    if endpoint == DECISIONS:
+        return body.get("mode") == "web_grounding"
+    if endpoint == AGENT:
+        tools = body.get("tools")
+        return isinstance(tools, list) and any(
+            isinstance(t, dict) and t.get("type") == "web_search" for t in tools
+        )
+    return True  # every Search call is a search
+
+
+def _requested_model(body: Mapping[str, Any]) -> str | None:
+    for name in ("model", "preset"):
+        value = body.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class PerplexityClient:
+    """Decisions, Agent and Search with retries, typed errors, validation and call records.
+
+    `before_attempt(endpoint)` runs before every POST (the global limiter blocks there);
+    `on_throttled(endpoint, wait_s)` runs on every 429 with the wait the policy chose, so the
+    limiter can pause every worker. `sleep`, `clock` (monotonic), `wall_clock` (Unix time, for
+    HTTP-date `Retry-After`) and `random` are injectable so tests never sleep.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        *,
+        timeout: TimeoutArg = 30.0,
+        agent_timeout: TimeoutArg = AGENT_TIMEOUT_S,
+        max_retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+        before_attempt: Callable[[str], object] | None = None,
+        on_throttled: Callable[[str, float], object] | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        random: Callable[[], float] = random.random,
+        user_agent: str = DEFAULT_USER_AGENT,
+    ) -> None:
+        key = _check_key(api_key)
+        base = (base_url or DEFAULT_BASE_URL).strip().rstrip("/")
+        if not base.startswith(("http://", "https://")):
+            raise ValueError(f"{BASE_URL_ENV} must be an http(s) URL, got {base_url!r}")
+        self.base_url = base
+        self.policy = RetryPolicy(max_retries=max_retries)
+        self._key = key
+        self._agent_timeout = agent_timeout
+        self._before_attempt = before_attempt
+        self._on_throttled = on_throttled
+        self._sleep = sleep
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._random = random
+        self._http = httpx.Client(
+            base_url=base,
+            headers={
+                "Authorization": f"Bearer {key}",
+                "User-Agent": user_agent,
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+            },
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> PerplexityClient:
+        """Build from `PERPLEXITY_API_KEY` and `PERPLEXITY_API_BASE`; keyword arguments win."""
+        kwargs.setdefault("api_key", os.environ.get(API_KEY_ENV))
+        kwargs.setdefault("base_url", (os.environ.get(BASE_URL_ENV) or "").strip() or DEFAULT_BASE_URL)
+        return cls(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"PerplexityClient(base_url={self.base_url!r}, max_retries={self.policy.max_retries})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PerplexityClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- the three APIs -----------------------------------------------------------------------
+
+    def decide(self, body: Mapping[str, Any], *, timeout: TimeoutArg | None = None) -> Decision:
+        """`POST /v1/decisions`; the body is sent as given (model, state, questions, mode)."""
+        return self._call(DECISIONS, body, validate_decision, timeout)
+
+    def agent(self, body: Mapping[str, Any], *, timeout: TimeoutArg | None = None) -> AgentAnswer:
+        """`POST /v1/agent`; an answer without message text or search results is an error."""
+        return self._call(
+            AGENT, body, validate_agent, timeout if timeout is not None else self._agent_timeout
+        )
+
+    def search(self, body: Mapping[str, Any], *, timeout: TimeoutArg | None = None) -> SearchResponse:
+        """`POST /search`."""
+        return self._call(SEARCH, body, validate_search, timeout)
+
+    # --- one call, every attempt --------------------------------------------------------------
+
+    def _call(
+        self,
+        endpoint: str,
+        body: Mapping[str, Any],
+        validate: Validator[Result],
+        timeout: TimeoutArg | None,
+    ) -> Result:
+        # Serialised once: a body that cannot be JSON is our bug, raised before any POST.
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        model = _requested_model(body)
+        grounded = _grounded(endpoint, body)
+        attempts: list[AttemptRecord] = []
+        started = self._clock()
+
+        def record(**usage: Any) -> CallRecord:
+            return CallRecord(
+                endpoint=endpoint,
+                model=usage.pop("model", None) or model,
+                attempts=list(attempts),
+                latency_s=self._clock() - started,
+                grounded=grounded,
+                **usage,
+            )
+
+        while True:
+            if self._before_attempt is not None:
+                self._before_attempt(endpoint)
+            sent = self._clock()
+            status: int | None = None
+            request_id: str | None = None
+            retry_after: str | None = None
+            try:
+                response = self._http.post(
+                    PATHS[endpoint],
+                    content=content,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.HTTPError as error:
+                latency = self._clock() - sent
+                detail = str(error)
+                message = self._surface(
+                    f"{type(error).__name__}: {detail}" if detail else type(error).__name__
+                )
+                retryable = retryable_exception(error)
+            else:
+                latency = self._clock() - sent
+                status = response.status_code
+                request_id = response.headers.get("x-request-id") or None
+                retry_after = response.headers.get("retry-after")
+                if status == 200:
+                    try:
+                        result = validate(_json(response), body)
+                    except MalformedResponseError as problem:
+                        message = self._surface(f"malformed response: {problem}")
+                        attempts.append(AttemptRecord(status, request_id, latency, message))
+                        self._log(endpoint, attempts)
+                        raise UpstreamError(
+                            endpoint=endpoint,
+                            status=status,
+                            message=message,
+                            request_id=request_id,
+                            retryable=False,
+                            record=record(),
+                        ) from None
+                    attempts.append(AttemptRecord(status, request_id, latency))
+                    self._log(endpoint, attempts)
+                    return replace(result, record=record(**_usage(result)))
+                message = self._surface(error_message(response))
+                retryable = retryable_status(status)
+
+            wait = None
+            if retryable:  # computed even after the last attempt: a task may back off by it
+                wait = self.policy.wait_s(len(attempts), retry_after, self._wall_clock(), self._random())
+            attempts.append(AttemptRecord(status, request_id, latency, message, wait))
+            self._log(endpoint, attempts)
+            if status == 429 and wait is not None and self._on_throttled is not None:
+                self._on_throttled(endpoint, wait)
+            if wait is None or not self.policy.can_retry(len(attempts)):
+                raise UpstreamError(
+                    endpoint=endpoint,
+                    status=status,
+                    message=message,
+                    request_id=request_id,
+                    retryable=retryable,
+                    record=record(),
+                )
+            self._sleep(wait)
+
+    def _surface(self, text: str) -> str:
+        """Everything we show passes through here: one line, no key."""
+        return one_line(redact(text, self._key))
+
+    def _log(self, endpoint: str, attempts: list[AttemptRecord]) -> None:
+        last = attempts[-1]
+        logger.debug(
+            "%s attempt %d/%d: status=%s request_id=%s latency=%.3fs%s",
+            endpoint,
+            len(attempts),
+            self.policy.max_attempts,
+            last.status if last.status is not None else "none",
+            last.request_id or "-",
+            last.latency_s,
+            f" error={last.error}" if last.error else "",
+        )
+
+
+def _json(response: httpx.Response) -> object:
+    try:
+        return response.json()
+    except ValueError:
+        raise MalformedResponseError("body is not JSON") from None
+
+
+def _usage(result: Decision | AgentAnswer | SearchResponse) -> dict[str, Any]:
+    """What the call record keeps from a validated answer."""
+    if isinstance(result, Decision):
+        return {
+            "model": result.model,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "search_results": len(result.search_results),
+        }
+    if isinstance(result, AgentAnswer):
+        return {
+            "model": result.model,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "search_results": len(result.results),
+        }
+    return {"search_results": len(result.results)}

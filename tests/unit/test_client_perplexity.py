@@ -1,0 +1,732 @@
+"""PerplexityClient over httpx.MockTransport: retries, errors, records, hooks, and the key.
+
+No network and no sleeping: `sleep` appends to a list, the monotonic clock is fake and only
+moves when the fake upstream or the fake sleep moves it.
+
+Ported from the seeds (behaviour, our API):
+- seed 003 test_factcheck.py: test_request_body_sends_mode_only_when_grounded,
+  test_bad_responses_raise_without_a_retry, test_retry_waits_then_counts_two_attempts_and_searches
+  (HTTP dates now honoured, per SPEC), test_gives_up_after_retries_on_5xx.
+- seed 000 test_answer_gate.py: test_retry_on_429_honors_retry_after (answers without `type`).
+- seed 001 test_quote_finder.py: test_search_parses_results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import json
+import logging
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from clients import MissingApiKeyError, PerplexityClient, UpstreamError
+from clients.results import SearchResult
+
+KEY = "pplx-test-0123456789abcdef0123456789abcdef"
+BASE = "https://api.example.test"
+NOW = 1_800_000_000.0
+MODEL = "pplx-decider-latest"
+QUESTION = {"type": "noul", "instructions": "Is the claim true?"}
+BAD_MODE_BODY = {
+    "error": {
+        "code": None,
+        "message": 'mode must be "web_grounding" when provided',
+        "param": "mode",
+        "type": "invalid_request_error",
+    }
+}
+
+
+def claim_body(claim: str = "claim", grounded: bool = False, model: str = MODEL) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "state": claim, "questions": {"is_true": QUESTION}}
+    if grounded:
+        body["mode"] = "web_grounding"
+    return body
+
+
+def ok_decision(p: Any = 0.5, tokens: Any = 100, urls: list[str] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "pplx-decider-v1.2",
+        "answers": {"is_true": {"type": "noul", "noul": p}},
+        "usage": {"input_tokens": tokens, "output_tokens": 1},
+    }
+    if urls is not None:
+        body["search_results"] = [{"url": u, "title": "t"} for u in urls]
+    return body
+
+
+def agent_body(text: str = "Rust 1.0 shipped in 2015 [1].") -> dict[str, Any]:
+    return {
+        "model": "sonar",
+        "output": [
+            {
+                "type": "search_results",
+                "results": [{"id": 1, "url": "https://a.com", "title": "A", "snippet": "s"}],
+            },
+            {"type": "message", "content": [{"type": "output_text", "text": text}]},
+        ],
+    }
+
+
+Reply = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
+
+
+class Harness:
+    """A fake upstream (canned replies in order) plus fake time, sleep and hooks."""
+
+    def __init__(self, *replies: Reply, post_latency_s: float = 0.5) -> None:
+        self.replies = list(replies)
+        self.requests: list[httpx.Request] = []
+        self.events: list[str] = []
+        self.waits: list[float] = []
+        self.throttled: list[tuple[str, float]] = []
+        self.now = 0.0
+        self.post_latency_s = post_latency_s
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        self.events.append("post")
+        self.now += self.post_latency_s
+        if not self.replies:
+            pytest.fail("more POSTs than canned replies")
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        if callable(reply):
+            return reply(request)
+        return reply
+
+    def sleep(self, seconds: float) -> None:
+        self.events.append(f"sleep {seconds:g}")
+        self.waits.append(seconds)
+        self.now += seconds
+
+    def client(self, **kwargs: Any) -> PerplexityClient:
+        defaults: dict[str, Any] = {
+            "transport": httpx.MockTransport(self.handle),
+            "sleep": self.sleep,
+            "clock": lambda: self.now,
+            "wall_clock": lambda: NOW,
+            "random": lambda: 0.5,  # the jitter midpoint: waits are exactly 1, 2, 4
+            "before_attempt": lambda endpoint: self.events.append(f"before {endpoint}"),
+            "on_throttled": self.on_throttled,
+        }
+        return PerplexityClient(BASE, KEY, **{**defaults, **kwargs})
+
+    def on_throttled(self, endpoint: str, wait: float) -> None:
+        self.events.append(f"throttled {endpoint} {wait:g}")
+        self.throttled.append((endpoint, wait))
+
+    def sent_bodies(self) -> list[Any]:
+        return [json.loads(r.content) for r in self.requests]
+
+
+def rid(n: int) -> dict[str, str]:
+    return {"x-request-id": f"req-{n}"}
+
+
+# --- Decisions: happy paths ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("grounded", "model"), [(False, MODEL), (True, "pplx-decider-flash-latest")])
+def test_request_body_sends_mode_only_when_grounded(grounded: bool, model: str) -> None:
+    urls = ["https://example.com/rust"] if grounded else None
+    h = Harness(httpx.Response(200, json=ok_decision(0.19, 108, urls), headers=rid(1)))
+    with h.client() as client:
+        decision = client.decide(claim_body("Rust 1.0 was released in May 2015.", grounded, model))
+    expected = {
+        "model": model,
+        "state": "Rust 1.0 was released in May 2015.",
+        "questions": {"is_true": QUESTION},
+    }
+    assert h.sent_bodies() == [{**expected, "mode": "web_grounding"} if grounded else expected]
+    request = h.requests[0]
+    assert (request.method, str(request.url)) == ("POST", f"{BASE}/v1/decisions")
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert request.headers["content-type"] == "application/json"
+    assert decision.answers["is_true"].noul == 0.19
+    assert [r.url for r in decision.search_results] == (urls or [])
+    record = decision.record
+    assert (record.endpoint, record.model, record.grounded) == ("decisions", "pplx-decider-v1.2", grounded)
+    assert (record.input_tokens, record.output_tokens, record.search_results) == (108, 1, len(urls or []))
+    assert [(a.status, a.request_id, a.error) for a in record.attempts] == [(200, "req-1", None)]
+    assert (record.attempt_count, record.request_id) == (1, "req-1")
+
+
+def test_grounded_decision_keeps_search_results() -> None:
+    results = [
+        {
+            "title": "Python 3.12",
+            "url": "https://docs.python.org/3/whatsnew/3.12.html",
+            "snippet": "Oct 2023",
+        },
+        {
+            "title": "Release",
+            "url": "https://www.python.org/downloads/release/python-3120/",
+            "date": "2023-10-02",
+        },
+    ]
+    h = Harness(httpx.Response(200, json={**ok_decision(0.98, 1800), "search_results": results}))
+    with h.client() as client:
+        decision = client.decide(claim_body(grounded=True))
+    assert decision.search_results == [
+        SearchResult(url=results[0]["url"], title="Python 3.12", snippet="Oct 2023"),
+        SearchResult(url=results[1]["url"], title="Release", date="2023-10-02"),
+    ]
+    assert (decision.record.search_results, decision.record.grounded, decision.input_tokens) == (
+        2,
+        True,
+        1800,
+    )
+
+
+def test_grounded_decision_with_no_evidence_has_empty_results() -> None:
+    h = Harness(httpx.Response(200, json=ok_decision(0.5, 90, urls=[])))
+    with h.client() as client:
+        decision = client.decide(claim_body(grounded=True))
+    assert decision.search_results == [] and decision.record.search_results == 0 and decision.record.grounded
+
+
+def test_seed_000_429_without_body_honours_retry_after_and_answers_without_type() -> None:
+    ok = {
+        "answers": {"checkable": {"noul": 0.9}, "supports_1": {"noul": 0.8}, "contradicts_1": {"noul": 0.1}},
+        "usage": {"input_tokens": 50, "output_tokens": 0},
+    }
+    body = {
+        "model": "pplx-decider-v1.1-27b",
+        "state": {"claim": "c", "passages": {"1": "p"}},
+        "questions": {name: {"type": "noul", "instructions": "?"} for name in ok["answers"]},
+    }
+    h = Harness(httpx.Response(429, headers={"Retry-After": "2"}), httpx.Response(200, json=ok))
+    with h.client() as client:
+        decision = client.decide(body)
+    assert decision.answers["supports_1"].noul == 0.8 and h.waits == [2.0]
+    assert decision.record.model == "pplx-decider-v1.1-27b"  # no model in the response: the one we sent
+
+
+# --- Errors without retry -----------------------------------------------------------------------
+
+
+BAD_RESPONSES = [
+    (httpx.Response(400, json=BAD_MODE_BODY), 400, 'mode must be "web_grounding" when provided'),
+    (httpx.Response(401, text="Unauthorized"), 401, "Unauthorized"),
+    (httpx.Response(403, json={"error": {"message": "forbidden"}}), 403, "forbidden"),
+    (httpx.Response(404), 404, "Not Found"),  # empty body: the reason phrase
+    (httpx.Response(405, text=""), 405, "Method Not Allowed"),
+    (httpx.Response(413, json={"error": {"message": "body too large"}}), 413, "body too large"),
+    (
+        httpx.Response(422, json={"detail": [{"loc": ["body", "max_results"], "msg": "must be <= 20"}]}),
+        422,
+        "body.max_results: must be <= 20",
+    ),
+    (
+        httpx.Response(200, json={"answers": {}}),
+        200,
+        "malformed response: answers.is_true is missing (the request asked for it)",
+    ),
+    (httpx.Response(200, text="<html>"), 200, "malformed response: body is not JSON"),
+    *[
+        (httpx.Response(200, json=ok_decision(p, tokens)), 200, f"malformed response: {detail}")
+        for p, tokens, detail in [
+            (True, 100, "answers.is_true.noul is a boolean (True), not a probability"),
+            (None, 100, "answers.is_true.noul is null (None), not a probability"),
+            ("0.9", 100, "answers.is_true.noul is a string ('0.9'), not a probability"),
+            (1.5, 100, "answers.is_true.noul is 1.5, outside [0, 1]"),
+            (0.9, -1, "usage.input_tokens is -1, negative"),
+        ]
+    ],
+    (
+        httpx.Response(200, json={**ok_decision(0.9, 100), "search_results": [{"title": "no url"}]}),
+        200,
+        "malformed response: search_results[0] has no url",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("response", "status", "message"), BAD_RESPONSES, ids=[m for _, _, m in BAD_RESPONSES]
+)
+def test_bad_responses_raise_without_a_retry(response: httpx.Response, status: int, message: str) -> None:
+    response.headers["x-request-id"] = "req-bad"
+    response.headers["Retry-After"] = "5"  # ignored: these outcomes never retry
+    h = Harness(response)
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body(grounded=True))
+    err = info.value
+    assert (err.status, err.message, err.request_id, err.endpoint) == (
+        status,
+        message,
+        "req-bad",
+        "decisions",
+    )
+    assert err.retryable is False
+    assert str(err) == f"Decisions API failed: {status} {message} (request id req-bad)"
+    assert len(h.requests) == 1 and h.waits == [] and h.throttled == []
+    assert [(a.status, a.request_id, a.error, a.retry_after_s) for a in err.record.attempts] == [
+        (status, "req-bad", message, None)
+    ]
+    assert err.record.input_tokens is None and err.record.search_results == 0 and err.record.grounded
+
+
+# --- Retries --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "wait"),
+    [
+        ("3", 3.0),
+        ("0", 0.0),
+        (email.utils.formatdate(NOW + 7, usegmt=True), 7.0),  # HTTP date: 7 s after "now"
+        (email.utils.formatdate(NOW - 30, usegmt=True), 0.0),  # already past
+        ("-5", 1.0),  # unusable: exponential backoff
+        ("2.5", 1.0),
+        ("600", 30.0),  # capped
+    ],
+)
+def test_retry_waits_then_counts_two_attempts(retry_after: str, wait: float) -> None:
+    h = Harness(
+        httpx.Response(
+            429, headers={"Retry-After": retry_after, **rid(1)}, json={"error": {"message": "slow"}}
+        ),
+        httpx.Response(200, json=ok_decision(0.5, 100), headers=rid(2)),
+    )
+    with h.client() as client:
+        decision = client.decide(claim_body(grounded=True))
+    assert decision.answers["is_true"].noul == 0.5 and h.waits == [pytest.approx(wait)]
+    assert h.throttled == [("decisions", pytest.approx(wait))]
+    record = decision.record
+    assert record.attempt_count == 2 and record.grounded  # two POSTs: an upper bound of two billed searches
+    assert [(a.status, a.request_id, a.error) for a in record.attempts] == [
+        (429, "req-1", "slow"),
+        (200, "req-2", None),
+    ]
+    assert record.attempts[0].retry_after_s == pytest.approx(wait) and record.request_ids == [
+        "req-1",
+        "req-2",
+    ]
+
+
+def test_429_then_200_pauses_the_limiter_before_sleeping() -> None:
+    h = Harness(httpx.Response(429, headers={"Retry-After": "1"}), httpx.Response(200, json=ok_decision()))
+    with h.client() as client:
+        client.decide(claim_body())
+    assert h.events == [
+        "before decisions",
+        "post",
+        "throttled decisions 1",
+        "sleep 1",
+        "before decisions",
+        "post",
+    ]
+
+
+def test_gives_up_after_three_retries_on_5xx_with_every_request_id() -> None:
+    h = Harness(*[httpx.Response(503, text="upstream overloaded", headers=rid(n)) for n in range(1, 5)])
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    err = info.value
+    assert len(h.requests) == 4 and h.waits == [1.0, 2.0, 4.0]  # exponential without Retry-After
+    assert (err.status, err.message, err.request_id, err.retryable) == (
+        503,
+        "upstream overloaded",
+        "req-4",
+        True,
+    )
+    assert str(err) == "Decisions API failed: 503 upstream overloaded (request id req-4; 4 attempts)"
+    assert err.record.request_ids == ["req-1", "req-2", "req-3", "req-4"]
+    assert [a.retry_after_s for a in err.record.attempts] == [1.0, 2.0, 4.0, 8.0]  # the last is advisory
+    assert h.throttled == []  # 503 is not a 429
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+def test_each_retryable_status_is_retried(status: int) -> None:
+    h = Harness(httpx.Response(status, text="busy"), httpx.Response(200, json=ok_decision()))
+    with h.client() as client:
+        assert client.decide(claim_body()).record.attempt_count == 2
+    assert h.waits == [1.0]
+
+
+@pytest.mark.parametrize(("rand", "waits"), [(0.0, [0.75, 1.5, 3.0]), (0.75, [1.125, 2.25, 4.5])])
+def test_backoff_jitter_comes_from_the_injected_random(rand: float, waits: list[float]) -> None:
+    h = Harness(*[httpx.Response(500) for _ in range(4)])
+    with h.client(random=lambda: rand) as client, pytest.raises(UpstreamError):
+        client.search({"query": "q"})
+    assert h.waits == waits
+
+
+def test_no_wait_is_longer_than_30_seconds() -> None:
+    h = Harness(*[httpx.Response(502) for _ in range(7)])
+    with h.client(max_retries=6, random=lambda: 0.99) as client, pytest.raises(UpstreamError):
+        client.decide(claim_body())
+    assert len(h.requests) == 7 and max(h.waits) == 30.0
+    assert h.waits[:5] == pytest.approx([1.245, 2.49, 4.98, 9.96, 19.92])
+
+
+def test_max_retries_zero_sends_one_post() -> None:
+    h = Harness(httpx.Response(503))
+    with h.client(max_retries=0) as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    assert len(h.requests) == 1 and h.waits == [] and info.value.retryable
+
+
+def test_5xx_then_malformed_200_stops_without_retrying_the_malformed_one() -> None:
+    h = Harness(
+        httpx.Response(503, headers=rid(1)), httpx.Response(200, json=ok_decision(2.0), headers=rid(2))
+    )
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    err = info.value
+    assert (err.status, err.retryable, err.record.request_ids) == (200, False, ["req-1", "req-2"])
+    assert len(h.requests) == 2 and h.waits == [1.0]
+
+
+# --- Transport errors and timeouts ------------------------------------------------------------
+
+
+def transport_error(
+    kind: type[httpx.TransportError], message: str
+) -> Callable[[httpx.Request], httpx.Response]:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise kind(message, request=request)
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        (httpx.ConnectError, "connection refused"),
+        (httpx.ReadTimeout, "timed out"),
+        (httpx.ReadError, "reset"),
+    ],
+)
+def test_transport_errors_are_retried_then_raised_with_no_status(
+    kind: type[httpx.TransportError], message: str
+) -> None:
+    h = Harness(*[transport_error(kind, message) for _ in range(4)])
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    err = info.value
+    assert (err.status, err.request_id, err.retryable) == (None, None, True)
+    assert err.message == f"{kind.__name__}: {message}"
+    assert str(err) == f"Decisions API failed: no response: {kind.__name__}: {message} (4 attempts)"
+    assert len(h.requests) == 4 and h.waits == [1.0, 2.0, 4.0]
+    assert [a.status for a in err.record.attempts] == [None] * 4
+
+
+def test_timeout_then_answer_succeeds() -> None:
+    h = Harness(transport_error(httpx.ReadTimeout, "timed out"), httpx.Response(200, json=ok_decision(0.7)))
+    with h.client() as client:
+        decision = client.decide(claim_body())
+    assert decision.answers["is_true"].noul == 0.7
+    assert [(a.status, a.error) for a in decision.record.attempts] == [
+        (None, "ReadTimeout: timed out"),
+        (200, None),
+    ]
+
+
+def test_configuration_transport_errors_are_not_retried() -> None:
+    h = Harness(transport_error(httpx.UnsupportedProtocol, "unsupported scheme"))
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    assert (info.value.status, info.value.retryable, len(h.requests)) == (None, False, 1)
+
+
+# --- Records, hooks, latency --------------------------------------------------------------------
+
+
+def test_before_attempt_runs_once_per_post() -> None:
+    calls: list[str] = []
+    h = Harness(httpx.Response(500), httpx.Response(502), httpx.Response(200, json=ok_decision()))
+    with h.client(before_attempt=calls.append) as client:
+        decision = client.decide(claim_body())
+    assert calls == ["decisions"] * 3 == ["decisions"] * decision.record.attempt_count
+
+
+def test_latency_per_attempt_and_total_with_waits() -> None:
+    h = Harness(httpx.Response(503), httpx.Response(200, json=ok_decision()), post_latency_s=0.5)
+    with h.client() as client:
+        record = client.decide(claim_body()).record
+    assert [a.latency_s for a in record.attempts] == [0.5, 0.5]
+    assert record.latency_s == 2.0  # 0.5 + 1 s backoff + 0.5
+
+
+def test_one_debug_line_per_attempt(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(httpx.Response(503, headers=rid(1)), httpx.Response(200, json=ok_decision(), headers=rid(2)))
+    with caplog.at_level(logging.DEBUG, logger="factgate.clients"), h.client() as client:
+        client.decide(claim_body())
+    lines = [r.getMessage() for r in caplog.records if r.name == "factgate.clients"]
+    assert len(lines) == 2
+    assert "decisions" in lines[0] and "status=503" in lines[0] and "request_id=req-1" in lines[0]
+    assert "status=200" in lines[1] and "request_id=req-2" in lines[1] and "latency=" in lines[1]
+
+
+def test_body_that_is_not_json_fails_before_any_post() -> None:
+    h = Harness()
+    with h.client() as client, pytest.raises(ValueError):
+        client.decide({"model": MODEL, "state": float("nan"), "questions": {}})
+    assert h.events == []
+
+
+def test_upstream_error_pickles_with_its_record() -> None:
+    h = Harness(httpx.Response(400, json={"error": {"message": "bad"}}, headers=rid(1)))
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (copy.status, copy.message, copy.request_id, str(copy)) == (400, "bad", "req-1", str(info.value))
+    assert copy.record == info.value.record
+
+
+# --- Error text -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        (
+            httpx.Response(
+                504, text="<!DOCTYPE html><html><head><title>504 Gateway Time-out</title></head></html>"
+            ),
+            "504 Gateway Time-out",
+        ),
+        (httpx.Response(500, text="line one\n\n   line two"), "line one line two"),
+        (httpx.Response(500, json={"error": "plain string error"}), "plain string error"),
+        (
+            httpx.Response(500, json={"error": {"message": ""}, "detail": "fallback detail"}),
+            "fallback detail",
+        ),
+    ],
+)
+def test_error_text_is_one_readable_line(response: httpx.Response, message: str) -> None:
+    h = Harness(*[response] * 4)
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    assert info.value.message == message and "\n" not in str(info.value)
+
+
+def test_long_raw_text_is_truncated() -> None:
+    h = Harness(httpx.Response(400, text="x" * 5000))
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.decide(claim_body())
+    assert info.value.message.startswith("xxx") and len(info.value.message) <= 300
+
+
+# --- The key ----------------------------------------------------------------------------------
+
+
+def echo_authorization(status: int) -> Callable[[httpx.Request], httpx.Response]:
+    def echo(request: httpx.Request) -> httpx.Response:
+        auth = request.headers["authorization"]
+        return httpx.Response(
+            status, json={"error": {"message": f"bad credentials: {auth} (key {auth[7:]})"}}
+        )
+
+    return echo
+
+
+def test_key_never_leaks_into_errors_records_repr_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    def leaky_transport_error(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"proxy refused {request.headers['authorization']}", request=request)
+
+    h = Harness(
+        echo_authorization(503), leaky_transport_error, echo_authorization(500), echo_authorization(502)
+    )
+    with caplog.at_level(logging.DEBUG), h.client() as client, pytest.raises(UpstreamError) as info:
+        assert KEY not in repr(client) and KEY not in str(client)
+        client.decide(claim_body())
+    err = info.value
+    assert h.requests[0].headers["authorization"] == f"Bearer {KEY}"  # it was sent, and echoed back
+    surfaced = [
+        str(err),
+        repr(err),
+        err.message,
+        repr(err.record),
+        json.dumps(dataclasses.asdict(err.record)),
+    ]
+    surfaced += [r.getMessage() for r in caplog.records]
+    assert all(KEY not in text for text in surfaced)
+    assert err.message == "bad credentials: Bearer [redacted] (key [redacted])"
+    assert err.record.attempts[1].error == "ConnectError: proxy refused Bearer [redacted]"
+
+
+def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PERPLEXITY_API_KEY", raising=False)
+    with pytest.raises(MissingApiKeyError, match="PERPLEXITY_API_KEY is not set"):
+        PerplexityClient.from_env()
+    monkeypatch.setenv("PERPLEXITY_API_KEY", "   ")
+    with pytest.raises(MissingApiKeyError):
+        PerplexityClient.from_env()
+    with pytest.raises(MissingApiKeyError):
+        PerplexityClient(BASE, "")
+
+
+def test_malformed_key_is_rejected_without_echoing_it() -> None:
+    with pytest.raises(ValueError) as info:
+        PerplexityClient(BASE, "pplx-secret-part\nInjected: header")
+    assert "PERPLEXITY_API_KEY" in str(info.value) and "secret-part" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env_base", "url"),
+    [
+        (None, "https://api.perplexity.ai/v1/decisions"),
+        ("", "https://api.perplexity.ai/v1/decisions"),
+        ("http://127.0.0.1:5055", "http://127.0.0.1:5055/v1/decisions"),
+        ("http://sim.local/prefix/", "http://sim.local/prefix/v1/decisions"),
+    ],
+)
+def test_from_env_reads_key_and_base(monkeypatch: pytest.MonkeyPatch, env_base: str | None, url: str) -> None:
+    monkeypatch.setenv("PERPLEXITY_API_KEY", KEY)
+    if env_base is None:
+        monkeypatch.delenv("PERPLEXITY_API_BASE", raising=False)
+    else:
+        monkeypatch.setenv("PERPLEXITY_API_BASE", env_base)
+    h = Harness(httpx.Response(200, json=ok_decision()))
+    with PerplexityClient.from_env(transport=httpx.MockTransport(h.handle), sleep=h.sleep) as client:
+        client.decide(claim_body())
+    assert str(h.requests[0].url) == url and h.requests[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_base_url_must_be_http() -> None:
+    with pytest.raises(ValueError, match="PERPLEXITY_API_BASE"):
+        PerplexityClient("api.perplexity.ai", KEY)
+
+
+def test_close_and_context_manager_release_the_connection_pool() -> None:
+    h = Harness()
+    client = h.client()
+    with client:
+        pass
+    with pytest.raises(RuntimeError):  # httpx refuses to send on a closed client
+        client.decide(claim_body())
+
+
+# --- Agent ----------------------------------------------------------------------------------------
+
+AGENT_REQUEST = {
+    "input": "When was Rust 1.0 released?",
+    "preset": "fast",
+    "instructions": "Answer in plain prose.",
+    "tools": [{"type": "web_search"}],
+}
+
+
+def test_agent_happy_path() -> None:
+    body = {**agent_body(), "usage": {"input_tokens": 700, "output_tokens": 40}}
+    h = Harness(httpx.Response(200, json=body, headers=rid(7)))
+    with h.client() as client:
+        answer = client.agent(AGENT_REQUEST)
+    assert str(h.requests[0].url) == f"{BASE}/v1/agent" and h.sent_bodies() == [AGENT_REQUEST]
+    assert h.requests[0].extensions["timeout"]["read"] == 120.0  # the Agent searches and writes: longer
+    assert answer.text == "Rust 1.0 shipped in 2015 [1]."
+    assert answer.result(1) == SearchResult(url="https://a.com", title="A", snippet="s", id=1)
+    record = answer.record
+    assert (record.endpoint, record.model, record.grounded, record.search_results) == (
+        "agent",
+        "sonar",
+        True,
+        1,
+    )
+    assert (record.input_tokens, record.output_tokens, record.request_id) == (700, 40, "req-7")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"output": [{"type": "message", "content": [{"type": "output_text", "text": "From memory."}]}]},
+            "malformed response: no search results: the model answered without searching",
+        ),
+        (
+            {"output": [{"type": "search_results", "results": [{"id": 1, "url": "https://a.com"}]}]},
+            "malformed response: no message text: output has no message with output_text",
+        ),
+    ],
+)
+def test_agent_answer_without_text_or_search_is_an_error(body: dict, message: str) -> None:
+    h = Harness(httpx.Response(200, json=body, headers=rid(3)))
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.agent(AGENT_REQUEST)
+    assert (info.value.status, info.value.message, info.value.retryable) == (200, message, False)
+    assert str(info.value).startswith("Agent API failed: 200 malformed response") and len(h.requests) == 1
+
+
+def test_agent_retries_then_reports() -> None:
+    h = Harness(
+        httpx.Response(429, headers={"Retry-After": "4", **rid(1)}),
+        httpx.Response(500, json={"error": {"message": "agent crashed"}}, headers=rid(2)),
+        httpx.Response(200, json=agent_body()),
+    )
+    with h.client() as client:
+        answer = client.agent(AGENT_REQUEST)
+    assert h.waits == [4.0, 2.0] and h.throttled == [("agent", 4.0)]
+    assert answer.record.request_ids == ["req-1", "req-2"] and answer.record.attempt_count == 3
+
+
+def test_agent_timeout_can_be_overridden_per_client_and_call() -> None:
+    h = Harness(httpx.Response(200, json=agent_body()), httpx.Response(200, json=agent_body()))
+    with h.client(agent_timeout=45.0) as client:
+        client.agent(AGENT_REQUEST)
+        client.agent(AGENT_REQUEST, timeout=5.0)
+    assert [r.extensions["timeout"]["read"] for r in h.requests] == [45.0, 5.0]
+
+
+# --- Search ---------------------------------------------------------------------------------------
+
+
+def test_search_parses_results() -> None:
+    body = {
+        "id": "x",
+        "results": [
+            {
+                "title": "A",
+                "url": "https://a.com",
+                "snippet": "Text.",
+                "date": "2024-02-26",
+                "last_updated": "2025-01-01",
+            },
+            {"title": "B", "url": "https://b.com", "snippet": "More.", "date": None},
+        ],
+    }
+    request = {"query": "q?", "max_results": 5, "max_tokens_per_page": 2048}
+    h = Harness(httpx.Response(200, json=body, headers=rid(9)))
+    with h.client() as client:
+        response = client.search(request)
+    assert str(h.requests[0].url) == f"{BASE}/search" and h.sent_bodies() == [request]
+    assert h.requests[0].extensions["timeout"]["read"] == 30.0
+    assert response.results == [
+        SearchResult("https://a.com", "A", "Text.", "2024-02-26", "2025-01-01"),
+        SearchResult("https://b.com", "B", "More.", None),
+    ]
+    record = response.record
+    assert (record.endpoint, record.grounded, record.search_results, record.request_id) == (
+        "search",
+        True,
+        2,
+        "req-9",
+    )
+    assert (record.model, record.input_tokens) == (None, None)
+
+
+def test_search_422_detail_is_surfaced_without_retry() -> None:
+    detail = [
+        {"loc": ["body", "max_results"], "msg": "Input should be less than or equal to 20", "type": "x"}
+    ]
+    h = Harness(httpx.Response(422, json={"detail": detail}))
+    with h.client() as client, pytest.raises(UpstreamError) as info:
+        client.search({"query": "q", "max_results": 50})
+    assert (
+        str(info.value) == "Search API failed: 422 body.max_results: Input should be less than or equal to 20"
+    )
+    assert len(h.requests) == 1
+
+
+def test_search_result_without_url_is_an_error() -> None:
+    h = Harness(httpx.Response(200, json={"results": [{"title": "A", "snippet": "x"}]}))
+    with h.client() as client, pytest.raises(UpstreamError, match=r"results\[0\] has no url"):
+        client.search({"query": "q"})
