@@ -13,9 +13,14 @@ def main() -> None:
 
 def _register() -> None:
     """Attach the commands. Imports are local so `factgate --help` stays fast."""
-    from cli import simulator_cmd  # noqa: PLC0415
+    from cli import db_cmd, server_cmd, simulator_cmd
 
     main.add_command(simulator_cmd.simulator)
+    main.add_command(db_cmd.db)
+    main.add_command(db_cmd.tokens)
+    main.add_command(server_cmd.worker)
+    main.add_command(server_cmd.beat)
+    main.add_command(server_cmd.serve)
 
 
 _register()

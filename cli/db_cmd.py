@@ -1,0 +1,94 @@
+"""`factgate db upgrade|downgrade|current` and `factgate tokens create|list|revoke`."""
+
+from __future__ import annotations
+
+import click
+
+from config import Settings
+
+
+@click.group()
+def db() -> None:
+    """Database schema (Alembic migrations)."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Migrate the configured database to REVISION."""
+    import migrations
+
+    settings = Settings.from_env()
+    migrations.upgrade(settings.effective_database_url(), revision)
+    click.echo(f"database at {revision}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Step the configured database back to REVISION (e.g. base)."""
+    import migrations
+
+    migrations.downgrade(Settings.from_env().effective_database_url(), revision)
+    click.echo(f"database at {revision}")
+
+
+def _sessions() -> object:
+    from models import make_engine, make_session_factory
+
+    settings = Settings.from_env()
+    if settings.embedded:
+        import migrations
+
+        migrations.upgrade(settings.effective_database_url())
+    return make_session_factory(make_engine(settings.effective_database_url()))
+
+
+@click.group()
+def tokens() -> None:
+    """API tokens (bearer tokens for the HTTP API and the web pages)."""
+
+
+@tokens.command("create")
+@click.argument("tenant")
+@click.option("--name", default=None, help="A label for the token (default: the tenant name).")
+def tokens_create(tenant: str, name: str | None) -> None:
+    """Create a token for TENANT (created if new). The token is printed once and never stored."""
+    from jobs.tenancy import create_token
+    from models import session_scope
+
+    with session_scope(_sessions()) as session:  # type: ignore[arg-type]
+        issued = create_token(session, tenant, name)
+    click.echo(issued.token)
+    click.echo(
+        f"tenant {issued.tenant_name}, token {issued.name} ({issued.token_id}); store it now, it is not shown again",
+        err=True,
+    )
+
+
+@tokens.command("list")
+@click.option("--tenant", default=None)
+def tokens_list(tenant: str | None) -> None:
+    """List tokens (display prefix only)."""
+    from jobs.tenancy import list_tokens
+    from models import session_scope
+
+    with session_scope(_sessions()) as session:  # type: ignore[arg-type]
+        rows = list_tokens(session, tenant)
+    for t in rows:
+        state = f"revoked {t.revoked_at:%Y-%m-%d}" if t.revoked_at else "active"
+        click.echo(f"{t.token_id}  {t.prefix}…  {t.tenant_name:20}  {t.name:20}  {state}")
+
+
+@tokens.command("revoke")
+@click.argument("token_id_or_prefix")
+def tokens_revoke(token_id_or_prefix: str) -> None:
+    """Revoke a token by id or display prefix."""
+    from jobs.tenancy import revoke_token
+    from models import session_scope
+
+    with session_scope(_sessions()) as session:  # type: ignore[arg-type]
+        n = revoke_token(session, token_id_or_prefix)
+    if not n:
+        raise click.ClickException(f"no active token {token_id_or_prefix!r}")
+    click.echo("revoked")

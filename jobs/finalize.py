@@ -1,0 +1,71 @@
+"""Finalize a job once every item is terminal: summary, usage, final status. Idempotent.
+
+Safe to call from every chord body and from the sweeper at once: the status moves with a
+conditional UPDATE, so exactly one caller builds the summary; the others see it moved and stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from jobs.claims import claims_summary
+from jobs.progress import request_counts
+from jobs.usage import usage_totals
+from models import Job, utcnow
+
+log = logging.getLogger("factgate.jobs")
+
+ENDED = ("completed", "cancelled", "failed")
+
+
+def build_summary(session: Session, job: Job) -> dict[str, Any]:
+    """The kind-specific report totals."""
+    if job.kind == "claims":
+        return claims_summary(session, job)
+    return {"kind": job.kind}
+
+
+def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
+    """Finalize if every item is terminal. True when the job has ended (now or before)."""
+    job = session.get(Job, job_id)
+    if job is None:
+        return True
+    if job.status in ENDED:
+        return True
+    counts = request_counts(session, job_id)
+    if not counts.all_terminal:
+        return False
+    now = utcnow()
+    cancelling = job.status == "cancelling"
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(("queued", "in_progress", "cancelling")))
+        .values(status="finalizing", finalizing_at=now)
+    )
+    if not getattr(moved, "rowcount", 0):
+        return False  # someone else is finalizing it right now
+    session.refresh(job)
+    try:
+        summary = build_summary(session, job)
+        summary["request_counts"] = counts.as_dict()
+        values: dict[str, Any] = {"summary": summary, "usage": usage_totals(session, job_id)}
+        if cancelling:
+            values.update(status="cancelled", cancelled_at=utcnow())
+        else:
+            values.update(status="completed", completed_at=utcnow())
+    except Exception as exc:  # a broken summary must not leave the job stuck in finalizing
+        log.exception("finalizing job %s failed", job_id)
+        values = {
+            "status": "failed",
+            "failed_at": utcnow(),
+            "error": f"finalizing failed: {type(exc).__name__}: {exc}",
+            "usage": usage_totals(session, job_id),
+        }
+    session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
+    session.refresh(job)
+    return True

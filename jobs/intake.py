@@ -1,0 +1,135 @@
+"""Create a job and all its items in one transaction (bulk insert), or return the idempotent twin.
+
+Validation happens before this is called (checks/), so a job is either stored whole or not at all.
+The caller commits and only then enqueues `start_job`: a message must never point at rows that a
+rollback could still remove.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models import Item, Job, utcnow
+
+INSERT_BATCH = 5_000
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One item to create. `dedupe_key` groups identical upstream requests of the job."""
+
+    stage: str
+    custom_id: str
+    mode: str
+    input: dict[str, Any]
+    dedupe_key: str | None = None
+
+
+def dedupe_key(*parts: str) -> str:
+    """A stable key for "the same upstream request" (model, mode, text, ...)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def find_idempotent(session: Session, tenant_id: uuid.UUID, key: str | None) -> Job | None:
+    """The job this tenant already created with this Idempotency-Key, if any."""
+    if not key:
+        return None
+    return session.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key))
+
+
+def create_job(
+    session: Session,
+    *,
+    tenant_id: uuid.UUID,
+    kind: str,
+    options: dict[str, Any],
+    units: Sequence[UnitSpec],
+    idempotency_key: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    warnings: Sequence[str] = (),
+    simulated: bool = False,
+) -> tuple[Job, bool]:
+    """Insert the job (status `queued`) and its items; returns (job, created).
+
+    With an Idempotency-Key already used by this tenant, the existing job is returned and nothing
+    is inserted (created is False).
+    """
+    existing = find_idempotent(session, tenant_id, idempotency_key)
+    if existing is not None:
+        return existing, False
+    now = utcnow()
+    job = Job(
+        tenant_id=tenant_id,
+        kind=kind,
+        status="queued",
+        options=options,
+        idempotency_key=idempotency_key or None,
+        meta=metadata or {},
+        total_items=len(units),
+        warnings=list(warnings),
+        simulated=simulated,
+        created_at=now,
+        queued_at=now,
+    )
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        # Another request with the same key won the race; return its job.
+        raced = find_idempotent(session, tenant_id, idempotency_key)
+        if raced is None:
+            raise
+        return raced, False
+    rows = [
+        {
+            "job_id": job.id,
+            "stage": u.stage,
+            "position": pos,
+            "custom_id": u.custom_id,
+            "mode": u.mode,
+            "input": u.input,
+            "status": "pending",
+            "attempts": 0,
+            "dedupe_key": u.dedupe_key,
+        }
+        for pos, u in enumerate(units)
+    ]
+    for start in range(0, len(rows), INSERT_BATCH):
+        session.execute(insert(Item), rows[start : start + INSERT_BATCH])
+    _link_duplicates(session, job.id, units)
+    return job, True
+
+
+def _link_duplicates(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]) -> None:
+    """Point every repeat of an upstream request at its first item, so only that one is sent."""
+    counts = Counter(u.dedupe_key for u in units if u.dedupe_key is not None)
+    repeated = [k for k, n in counts.items() if n > 1]
+    for start in range(0, len(repeated), 500):
+        keys = repeated[start : start + 500]
+        leaders = dict(
+            session.execute(
+                select(Item.dedupe_key, Item.id)
+                .where(Item.job_id == job_id, Item.dedupe_key.in_(keys))
+                .order_by(Item.position.desc())  # the last write per key wins: the first position
+            ).tuples()
+        )
+        for key, leader in leaders.items():
+            session.execute(
+                update(Item)
+                .where(Item.job_id == job_id, Item.dedupe_key == key, Item.id != leader)
+                .values(duplicate_of=leader)
+            )

@@ -1,0 +1,104 @@
+"""Tenant-scoped reads: a job, a page of jobs, a request id. Another tenant's rows are invisible."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import ApiCall, Item, Job
+
+
+def parse_job_id(raw: str) -> uuid.UUID | None:
+    """A job id from a URL, or None when it is not a UUID (treated as not found)."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        return None
+
+
+def get_job(session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
+    """The tenant's job, or None (also for another tenant's job: that is a 404, not a 403)."""
+    jid = job_id if isinstance(job_id, uuid.UUID) else parse_job_id(job_id)
+    if jid is None:
+        return None
+    return session.scalar(select(Job).where(Job.id == jid, Job.tenant_id == tenant_id))
+
+
+def list_jobs(
+    session: Session,
+    tenant_id: uuid.UUID,
+    *,
+    limit: int = 50,
+    kind: str | None = None,
+    status: str | None = None,
+) -> list[Job]:
+    """The tenant's newest jobs first."""
+    stmt = select(Job).where(Job.tenant_id == tenant_id)
+    if kind:
+        stmt = stmt.where(Job.kind == kind)
+    if status:
+        stmt = stmt.where(Job.status == status)
+    return list(session.scalars(stmt.order_by(Job.created_at.desc()).limit(max(1, min(limit, 500)))))
+
+
+@dataclass(frozen=True)
+class RequestLookup:
+    """What support needs for one upstream request id: the call, its item and its job."""
+
+    call: dict[str, Any]
+    job_id: uuid.UUID
+    job_kind: str
+    job_status: str
+    item: dict[str, Any] | None
+
+
+def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> list[RequestLookup]:
+    """Every call of this tenant with that upstream `x-request-id` (normally one)."""
+    rows = session.execute(
+        select(ApiCall, Job.kind, Job.status)
+        .join(Job, Job.id == ApiCall.job_id)
+        .where(ApiCall.request_id == request_id, ApiCall.tenant_id == tenant_id)
+        .order_by(ApiCall.id)
+    ).all()
+    out: list[RequestLookup] = []
+    for call, kind, status in rows:
+        item = session.get(Item, call.item_id) if call.item_id is not None else None
+        out.append(
+            RequestLookup(
+                call={
+                    "request_id": call.request_id,
+                    "endpoint": call.endpoint,
+                    "model": call.model,
+                    "attempt": call.attempt,
+                    "status_code": call.status_code,
+                    "latency_ms": round(call.latency_ms, 1),
+                    "input_tokens": call.input_tokens,
+                    "output_tokens": call.output_tokens,
+                    "searches": call.searches,
+                    "search_results": call.search_results,
+                    "cost_usd": call.cost_usd,
+                    "error": call.error,
+                    "created_at": call.created_at.isoformat(),
+                },
+                job_id=call.job_id,
+                job_kind=kind,
+                job_status=status,
+                item=None
+                if item is None
+                else {
+                    "id": item.id,
+                    "custom_id": item.custom_id,
+                    "mode": item.mode,
+                    "stage": item.stage,
+                    "status": item.status,
+                    "input": item.input,
+                    "output": item.output,
+                    "error": item.error,
+                },
+            )
+        )
+    return out

@@ -1,0 +1,172 @@
+"""The real server stack for integration tests: Postgres, Redis, a Celery worker subprocess, the simulator.
+
+The worker is a real `celery worker` process (threads pool, late acks, beat embedded with `-B` so
+the sweeper runs every second) pointed at a real simulator over HTTP — nothing is eager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis as redis_lib
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from checks import claims as claim_rules
+from checks.options import parse_claims_options
+from config import Settings
+from jobs.claims import claim_units
+from jobs.intake import create_job
+from jobs.tenancy import get_or_create_tenant
+from models import Job, make_session_factory, session_scope
+from workers.api import enqueue_start
+from workers.app import make_celery
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK_REDIS_DB = 13
+ENDED = ("completed", "cancelled", "failed")
+
+
+@dataclass
+class WorkerProc:
+    """A running `celery worker` subprocess and its log file."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace") if self.log.exists() else ""
+            if " ready." in text:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{text[-4000:]}")
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"worker not ready after {timeout}s:\n{self.log.read_text(errors='replace')[-4000:]}"
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no acks — the crash the design must survive."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class Stack:
+    """Everything a queue test needs; `env` is what the worker processes see."""
+
+    pg_url: str
+    engine: Engine
+    env: dict[str, str]
+    tmp: Path
+    workers: list[WorkerProc] = field(default_factory=list)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings.from_env(self.env)
+
+    def redis(self) -> redis_lib.Redis:
+        return redis_lib.Redis.from_url(self.env["REDIS_URL"])
+
+    def start_worker(
+        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+    ) -> WorkerProc:
+        n = len(self.workers)
+        log = self.tmp / f"worker{n}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+            "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
+            "--hostname", f"w{n}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
+        ]  # fmt: skip
+        if beat:
+            argv += ["-B", "--schedule", str(self.tmp / f"beat{n}.db")]
+        env = {**os.environ, **self.env, **(extra_env or {})}
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        worker = WorkerProc(proc, log)
+        self.workers.append(worker)
+        worker.wait_ready()
+        return worker
+
+    def submit_claims(
+        self, rows: Sequence[dict[str, Any]], options: dict[str, Any], tenant: str = "acme"
+    ) -> uuid.UUID:
+        """Validate, store and enqueue a claims job the way the intake API does."""
+        parsed = claim_rules.validate_rows(list(rows), max_rows=100_000, max_claim_bytes=4096)
+        opts = parse_claims_options(options)
+        units, warnings = claim_units(parsed, opts)
+        factory = make_session_factory(self.engine)
+        with session_scope(factory) as session:
+            t = get_or_create_tenant(session, tenant)
+            job, _ = create_job(
+                session, tenant_id=t.id, kind="claims", options=opts.as_dict(), units=units, warnings=warnings
+            )
+            job_id = job.id
+        celery = make_celery(self.settings)
+        enqueue_start(celery, job_id)
+        celery.close()
+        return job_id
+
+    def wait_job(self, job_id: uuid.UUID, timeout: float = 120.0) -> Job:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with Session(self.engine) as session:
+                job = session.scalar(select(Job).where(Job.id == job_id))
+                if job is not None and job.status in ENDED:
+                    session.expunge(job)
+                    return job
+            time.sleep(0.25)
+        logs = "\n".join(w.log.read_text(errors="replace")[-3000:] for w in self.workers)
+        raise TimeoutError(f"job {job_id} did not finish in {timeout}s\n{logs}")
+
+
+def load_reference_claims(data_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (data_dir / "claims.jsonl").read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: str) -> Iterator[Stack]:
+    """A stack with a clean Redis database; every worker is stopped on exit."""
+    redis_url = f"redis://127.0.0.1:6379/{STACK_REDIS_DB}"
+    redis_lib.Redis.from_url(redis_url).flushdb()
+    base_env = {
+        "DATABASE_URL": pg_url,
+        "REDIS_URL": redis_url,
+        "PERPLEXITY_API_KEY": "sim-test-key",
+        "PERPLEXITY_API_BASE": sim_url,
+        "FACTGATE_SWEEP_INTERVAL_S": "1",
+        "FACTGATE_LEASE_S": "20",
+        "FACTGATE_TASK_MAX_RETRIES": "2",
+        "FACTGATE_HTTP_TIMEOUT_S": "5",
+        "FACTGATE_CHORD_SIZE": "10",
+        "FACTGATE_WORKER_CONCURRENCY": "8",
+    }
+    stack = Stack(pg_url=pg_url, engine=engine, env={**base_env, **env}, tmp=tmp)
+    try:
+        yield stack
+    finally:
+        for w in stack.workers:
+            w.stop()
+        redis_lib.Redis.from_url(redis_url).flushdb()

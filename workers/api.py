@@ -1,0 +1,18 @@
+"""The public task API for other layers (web/, cli/): enqueue by name, import no task code.
+
+Sending by name keeps the web process free of worker imports (clients, limiter) and works with
+whichever Celery app the caller was configured with.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from celery import Celery
+
+START_JOB = "factgate.start_job"
+
+
+def enqueue_start(app: Celery, job_id: uuid.UUID | str) -> None:
+    """Ask the workers to start a committed job (call only after the job's transaction commits)."""
+    app.send_task(START_JOB, args=[str(job_id)])

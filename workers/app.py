@@ -1,0 +1,72 @@
+"""The Celery app, bound to settings. `celery -A workers.app worker` is what `factgate worker` runs.
+
+Server mode uses Redis as broker and result store; embedded mode (no DATABASE_URL / REDIS_URL) uses
+kombu's in-memory transport and an in-memory result store, with the worker running inside the same
+process. The polling intervals are short because in-memory transports poll: with the defaults a
+200-item chord took 25 s to close in embedded mode, with these 0.8 s (measured, DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from config import Settings
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings derived from ours; one place so web, worker and beat agree."""
+    conf: dict[str, Any] = {
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "timezone": "UTC",
+        "enable_utc": True,
+        # At-least-once delivery: a message is acked only after the task ran, and a task lost with
+        # its worker is redelivered. Item tasks are idempotent (conditional claims), so that is safe.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_concurrency": settings.worker_concurrency,
+        "worker_pool": "threads",
+        "result_expires": 24 * 3600,
+        "task_track_started": False,
+        "task_ignore_result": False,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "result_chord_retry_interval": 0.2,
+        "beat_schedule": {
+            "sweep": {"task": "factgate.sweep", "schedule": settings.sweep_interval_s},
+        },
+    }
+    if settings.embedded or not settings.redis_url:
+        conf.update(
+            broker_url="memory://",
+            result_backend="cache+memory://",
+            broker_transport_options={"polling_interval": 0.005},
+        )
+    else:
+        conf.update(
+            broker_url=settings.redis_url,
+            result_backend=settings.redis_url,
+            # A message must stay invisible for longer than the longest task, or Redis hands it to a
+            # second worker while the first still runs it (the lease then keeps the result single).
+            broker_transport_options={"visibility_timeout": max(3600, settings.lease_s * 4)},
+            result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
+            redis_backend_health_check_interval=30,
+        )
+    return conf
+
+
+def make_celery(settings: Settings) -> Celery:
+    """A Celery app for these settings, with factgate's tasks registered."""
+    app = Celery("factgate")
+    app.conf.update(celery_config(settings))
+    app.conf.factgate_settings = settings
+    app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
+    return app
+
+
+celery_app = make_celery(Settings.from_env())
+app = celery_app
