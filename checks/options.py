@@ -1,0 +1,108 @@
+"""Job options: parse and validate what a caller sends, naming the field of every problem.
+
+Options come from a JSON body or from NDJSON query parameters (strings), so numbers and booleans
+are accepted in string form too. Unknown options are rejected: a typo silently ignored would run a
+whole batch with settings the caller did not ask for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
+from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+
+CLAIMS_MODES: tuple[str, ...] = ("ungrounded", "grounded", "both")
+
+
+class OptionsError(ValueError):
+    """Invalid options; `field` names the option."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f'option "{field}": {message}')
+        self.field = field
+        self.message = message
+
+
+def _number(raw: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    if name not in raw or raw[name] is None or raw[name] == "":
+        return default
+    value = raw[name]
+    if isinstance(value, bool):
+        raise OptionsError(name, f"must be a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise OptionsError(name, f"must be a number, got {raw[name]!r}") from None
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        raise OptionsError(name, f"must be a finite number, got {raw[name]!r}")
+    return float(value)
+
+
+def check_cutoffs(supported_min: float, contradicted_max: float) -> None:
+    """0 ≤ contradicted_max < supported_min ≤ 1, or an error naming the offending option."""
+    if not 0.0 <= contradicted_max <= 1.0:
+        raise OptionsError("contradicted_max", f"must be between 0 and 1, got {contradicted_max}")
+    if not 0.0 <= supported_min <= 1.0:
+        raise OptionsError("supported_min", f"must be between 0 and 1, got {supported_min}")
+    if not contradicted_max < supported_min:
+        raise OptionsError(
+            "contradicted_max",
+            f"must be below supported_min ({contradicted_max} is not below {supported_min})",
+        )
+
+
+@dataclass(frozen=True)
+class ClaimsOptions:
+    """Options of a `claims` job. Cutoffs are applied by our code and never sent to the model."""
+
+    model: str = DEFAULT_MODEL
+    mode: JobMode = "grounded"
+    supported_min: float = SUPPORTED_MIN
+    contradicted_max: float = CONTRADICTED_MAX
+    budget_usd: float | None = None
+
+    @property
+    def modes(self) -> tuple[Mode, ...]:
+        """The request modes each claim is sent in."""
+        return modes_for(self.mode)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CLAIMS_OPTION_NAMES = frozenset({"model", "mode", "supported_min", "contradicted_max", "budget_usd"})
+
+
+def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
+    """Validate `claims` options; raises OptionsError naming the first bad option."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise OptionsError("options", "must be an object")
+    unknown = sorted(set(raw) - CLAIMS_OPTION_NAMES)
+    if unknown:
+        raise OptionsError(unknown[0], f"unknown option (allowed: {', '.join(sorted(CLAIMS_OPTION_NAMES))})")
+    model = raw.get("model") or DEFAULT_MODEL
+    if not isinstance(model, str) or model not in KNOWN_MODELS:
+        raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
+    mode = raw.get("mode") or "grounded"
+    if mode not in CLAIMS_MODES:
+        raise OptionsError("mode", f"must be one of {', '.join(CLAIMS_MODES)}, got {mode!r}")
+    supported_min = _number(raw, "supported_min", SUPPORTED_MIN)
+    contradicted_max = _number(raw, "contradicted_max", CONTRADICTED_MAX)
+    assert supported_min is not None and contradicted_max is not None
+    check_cutoffs(supported_min, contradicted_max)
+    budget = _number(raw, "budget_usd", None)
+    if budget is not None and budget <= 0:
+        raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    return ClaimsOptions(
+        model=model,
+        mode=cast(JobMode, mode),
+        supported_min=supported_min,
+        contradicted_max=contradicted_max,
+        budget_usd=budget,
+    )
