@@ -61,7 +61,8 @@ def tokens_create(tenant: str, name: str | None) -> None:
         issued = create_token(session, tenant, name)
     click.echo(issued.token)
     click.echo(
-        f"tenant {issued.tenant_name}, token {issued.name} ({issued.token_id}); store it now, it is not shown again",
+        f"tenant {issued.tenant_name}, token {issued.name} ({issued.token_id}); "
+        "store it now, it is not shown again",
         err=True,
     )
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
 from checks.options import ClaimsOptions, check_cutoffs
+from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec, dedupe_key
 from models import Item, Job
 
@@ -102,7 +103,11 @@ def claims_summary(
     for mode in modes:
         outcomes = _outcomes(session, job.id, mode)
         card = claim_rules.scorecard(
-            outcomes, mode=mode, model=opts.get("model", ""), supported_min=smin, contradicted_max=cmax
+            outcomes,
+            mode=mode,
+            model=opts.get("model") or DEFAULT_MODEL,
+            supported_min=smin,
+            contradicted_max=cmax,
         )
         scorecards[mode] = card.as_dict()
         probs[mode] = {o.id: o.p for o in outcomes if o.p is not None}
@@ -142,30 +147,35 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
         .order_by(Item.position)  # a claim's modes have consecutive positions
         .execution_options(yield_per=2_000)
     )
-    current: dict[str, Any] | None = None
-    for _pos, custom_id, mode, input_, output, status, error in rows:
-        if current is None or current["custom_id"] != custom_id:
-            if current is not None:
-                yield current
-            current = {
-                "custom_id": custom_id,
-                "claim": input_.get("claim"),
-                "label": input_.get("label"),
-                "results": {},
+    # Closed explicitly: a client that stops reading closes this generator mid-way, and a server-side
+    # cursor dropped without close() leaks until the connection is reset.
+    try:
+        current: dict[str, Any] | None = None
+        for _pos, custom_id, mode, input_, output, status, error in rows:
+            if current is None or current["custom_id"] != custom_id:
+                if current is not None:
+                    yield current
+                current = {
+                    "custom_id": custom_id,
+                    "claim": input_.get("claim"),
+                    "label": input_.get("label"),
+                    "results": {},
+                }
+            o = output or {}
+            p = o.get("p")
+            current["results"][mode] = {
+                "status": status,
+                "p": p,
+                "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
+                "request_id": o.get("request_id"),
+                "request_ids": o.get("request_ids", []),
+                "attempts": o.get("attempts"),
+                "input_tokens": o.get("input_tokens"),
+                "in_query": input_.get("in_query"),
+                "sources": o.get("sources", []),
+                "error": error if status != "done" else None,
             }
-        o = output or {}
-        p = o.get("p")
-        current["results"][mode] = {
-            "status": status,
-            "p": p,
-            "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
-            "request_id": o.get("request_id"),
-            "request_ids": o.get("request_ids", []),
-            "attempts": o.get("attempts"),
-            "input_tokens": o.get("input_tokens"),
-            "in_query": input_.get("in_query"),
-            "sources": o.get("sources", []),
-            "error": error if status != "done" else None,
-        }
-    if current is not None:
-        yield current
+        if current is not None:
+            yield current
+    finally:
+        rows.close()

@@ -120,13 +120,13 @@ def _link_duplicates(session: Session, job_id: uuid.UUID, units: Sequence[UnitSp
     repeated = [k for k, n in counts.items() if n > 1]
     for start in range(0, len(repeated), 500):
         keys = repeated[start : start + 500]
-        leaders = dict(
-            session.execute(
-                select(Item.dedupe_key, Item.id)
-                .where(Item.job_id == job_id, Item.dedupe_key.in_(keys))
-                .order_by(Item.position.desc())  # the last write per key wins: the first position
-            ).tuples()
-        )
+        leaders: dict[str | None, int] = {}
+        for key, item_id in session.execute(
+            select(Item.dedupe_key, Item.id)
+            .where(Item.job_id == job_id, Item.dedupe_key.in_(keys))
+            .order_by(Item.position.desc())  # the last write per key wins: the first position
+        ):
+            leaders[key] = item_id
         for key, leader in leaders.items():
             session.execute(
                 update(Item)

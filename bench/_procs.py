@@ -1,0 +1,147 @@
+"""Process helpers shared by the benchmarks: a fresh database, and the simulator, worker and web
+processes started as real subprocesses on loopback, each stopped when the benchmark ends.
+
+Benchmarks print figures; they assert nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import redis as redis_lib
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+import migrations
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN = os.environ.get("FACTGATE_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("FACTGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def fresh_database() -> Iterator[str]:
+    """A new migrated Postgres database, dropped afterwards."""
+    name = f"factgate_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG_ADMIN).set(database=name).render_as_string(hide_password=False)
+    try:
+        migrations.upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Procs:
+    """Started subprocesses; `stop()` ends them all."""
+
+    env: dict[str, str]
+    logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="factgate-bench-")))
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = (self.logdir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(  # noqa: S603 - fixed argv
+            argv, cwd=ROOT, env={**os.environ, **self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.logdir / f"{name}.log").read_text(errors="replace")
+
+    def wait_log(self, name: str, needle: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.log(name):
+                return
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"{name} exited:\n{self.log(name)[-3000:]}")
+            time.sleep(0.2)
+        raise TimeoutError(f"{name}: no {needle!r} in {timeout}s:\n{self.log(name)[-3000:]}")
+
+    def wait_http(self, url: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=2).status_code < 500:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"{url} did not answer in {timeout}s")
+
+    def start_simulator(self, port: int, *args: str) -> str:
+        self.start("simulator", [str(BIN / "factgate"), "simulator", "--port", str(port), *args])
+        base = f"http://127.0.0.1:{port}"
+        self.wait_http(base + "/stats")
+        return base
+
+    def start_worker(self, name: str = "worker", concurrency: int = 8, beat: bool = False) -> None:
+        argv = [str(BIN / "celery"), "-A", "workers.app", "worker", "--pool", "threads",
+                "--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle",
+                "--without-gossip", "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
+        if beat:
+            argv += ["-B", "--schedule", str(self.logdir / f"{name}-beat.db")]
+        self.start(name, argv)
+        # --loglevel warning hides the "ready" line; poll the broker for a live worker instead.
+        time.sleep(3.0)
+
+    def start_web(self, port: int, workers: int = 1) -> str:
+        self.start(
+            "web",
+            [str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+             "--worker-class", "gthread", "--threads", "4", "--timeout", "120", "web.app:create_app()"],
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        self.wait_http(base + "/healthz")
+        return base
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def flush_redis() -> None:
+    redis_lib.Redis.from_url(REDIS_URL).flushdb()

@@ -1,0 +1,349 @@
+"""The JSON API under /v1 (bearer tokens, tenant-scoped), plus /healthz and /openapi.json.
+
+Views are thin: parse and check the request (web/intake.py, web/body.py), call jobs/ for every read and
+state change, render the status object (web/status.py). The contract is web/openapi.py; keep both in step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request, url_for
+from sqlalchemy import text
+
+from checks.options import OptionsError
+from jobs.claims import claims_summary
+from jobs.control import JobStateError, cancel_job, retry_failed
+from jobs.intake import create_job, find_idempotent
+from jobs.queries import get_job, list_jobs, lookup_request
+from models import JOB_KINDS, JOB_STATUSES, Job
+from web.auth import current_tenant, require_tenant
+from web.body import check_declared_length, iter_body_lines, read_json_body
+from web.errors import UNSUPPORTED_MEDIA, ApiError, conflict, invalid, not_found
+from web.exports import RESULT_ITERATORS, claims_csv, iter_unsuccessful_items, ndjson_lines, stream_job
+from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
+from web.openapi import openapi_document
+from web.session import db_session, resources, settings
+from web.status import status_object
+from workers.api import enqueue_start
+
+log = logging.getLogger("factgate.web")
+
+api = Blueprint("api", __name__, url_prefix="/v1")
+meta = Blueprint("meta", __name__)
+api.before_request(require_tenant)
+
+JSON_TYPES = ("application/json",)
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines")
+NDJSON_MIMETYPE = "application/x-ndjson"
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 500
+JOB_NOT_FOUND = "no job with that id"
+
+
+def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    resp = jsonify(payload)
+    resp.status_code = status
+    for name, value in (headers or {}).items():
+        resp.headers[name] = value
+    return resp
+
+
+def _job_or_404(job_id: str) -> Job:
+    """The caller's job; another tenant's job and a malformed id are the same 404 as a missing one."""
+    job = get_job(db_session(), current_tenant().id, job_id)
+    if job is None:
+        raise not_found(JOB_NOT_FOUND)
+    return job
+
+
+def _reject_unknown_params(allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(request.args) - set(allowed))
+    if unknown:
+        raise invalid(
+            f"unknown query parameter {unknown[0]!r} (allowed: {', '.join(allowed) or 'none'})",
+            field=unknown[0],
+        )
+
+
+# --- intake --------------------------------------------------------------------------------------------
+
+
+def _prepare_submission() -> PreparedJob:
+    """Validate the whole submission (JSON or NDJSON) or raise the one 4xx that names the problem."""
+    cfg = settings()
+    limit = cfg.max_body_bytes
+    mimetype = request.mimetype
+    if mimetype in NDJSON_TYPES:
+        check_declared_length(limit)
+        # The lines are read lazily: kind, options and metadata (query parameters) are checked first.
+        lines = (line for _n, line in iter_body_lines(request.stream, limit))
+        return prepare_ndjson(request.args, lines, cfg)
+    if mimetype in JSON_TYPES:
+        if request.args:
+            _reject_unknown_params(())
+        body = read_json_body(limit, loads=loads_strict)
+        return prepare_json(body, cfg)
+    shown = mimetype or "none"
+    raise ApiError(
+        415,
+        UNSUPPORTED_MEDIA,
+        f"Content-Type {shown} is not accepted; send application/json or {NDJSON_MIMETYPE}",
+        field="Content-Type",
+    )
+
+
+@api.post("/jobs", endpoint="create_job")
+def create_job_view() -> Response:
+    """Create a job (202), or return the job an Idempotency-Key already created (200)."""
+    session = db_session()
+    tenant = current_tenant()
+    key = check_idempotency_key(request.headers.get("Idempotency-Key"))
+    # A retried submission returns its job without reading (or re-validating) the body again.
+    existing = find_idempotent(session, tenant.id, key)
+    if existing is not None:
+        return _json(status_object(session, existing), 200, {"Location": _location(existing)})
+    prepared = _prepare_submission()
+    job, created = create_job(
+        session,
+        tenant_id=tenant.id,
+        kind=prepared.kind,
+        options=prepared.options,
+        units=prepared.units,
+        idempotency_key=key,
+        metadata=prepared.metadata,
+        warnings=prepared.warnings,
+        simulated=settings().uses_simulator,
+    )
+    session.commit()
+    if not created:  # lost a race with a concurrent request carrying the same key
+        return _json(status_object(session, job), 200, {"Location": _location(job)})
+    # Only after commit: a message must never name a job a rollback could still remove.
+    _enqueue_start(job)
+    return _json(status_object(session, job), 202, {"Location": _location(job)})
+
+
+def _location(job: Job) -> str:
+    return url_for("api.get_job", job_id=str(job.id))
+
+
+def _enqueue_start(job: Job) -> None:
+    """Enqueue start_job. A broker outage does not fail the request: the job is committed as
+    `queued`, and the sweeper starts queued jobs whose start message never arrived."""
+    try:
+        enqueue_start(resources().celery, job.id)
+    except Exception:
+        log.exception("could not enqueue start_job for job %s; the sweeper will start it", job.id)
+
+
+# --- reading jobs --------------------------------------------------------------------------------------
+
+
+def _int_param(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"{name} must be a whole number, got {raw[:40]!r}", field=name) from None
+    if not low <= value <= high:
+        raise invalid(f"{name} must be between {low} and {high}, got {value}", field=name)
+    return value
+
+
+def _choice_param(name: str, choices: tuple[str, ...]) -> str | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw not in choices:
+        raise invalid(f"{name} must be one of {', '.join(choices)}, got {raw[:40]!r}", field=name)
+    return raw
+
+
+@api.get("/jobs", endpoint="list_jobs")
+def list_jobs_view() -> Response:
+    """The caller's jobs, newest first."""
+    _reject_unknown_params(("limit", "kind", "status"))
+    limit = _int_param("limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
+    kind = _choice_param("kind", JOB_KINDS)
+    status = _choice_param("status", JOB_STATUSES)
+    session = db_session()
+    jobs = list_jobs(session, current_tenant().id, limit=limit, kind=kind, status=status)
+    return _json({"object": "list", "data": [status_object(session, j) for j in jobs]})
+
+
+@api.get("/jobs/<job_id>", endpoint="get_job")
+def get_job_view(job_id: str) -> Response:
+    job = _job_or_404(job_id)
+    return _json(status_object(db_session(), job))
+
+
+@api.get("/jobs/<job_id>/results")
+def job_results(job_id: str) -> Response:
+    """Results streamed as NDJSON (default) or CSV; whatever exists so far, in input order."""
+    _reject_unknown_params(("format",))
+    fmt = _choice_param("format", ("ndjson", "csv")) or "ndjson"
+    job = _job_or_404(job_id)
+    iterator = RESULT_ITERATORS.get(job.kind)
+    if iterator is None:
+        raise conflict(f"results of {job.kind} jobs are not available yet")
+    sessions = resources().sessions
+    if fmt == "csv":
+        resp = Response(stream_job(sessions, job.id, iterator, claims_csv), mimetype="text/csv")
+        resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
+    else:
+        resp = Response(stream_job(sessions, job.id, iterator, ndjson_lines), mimetype=NDJSON_MIMETYPE)
+        resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
+    resp.headers["X-Job-Status"] = job.status
+    return resp
+
+
+@api.get("/jobs/<job_id>/errors")
+def job_errors(job_id: str) -> Response:
+    """Failed and skipped items as NDJSON, with their errors and upstream request ids."""
+    _reject_unknown_params(())
+    job = _job_or_404(job_id)
+    lines = stream_job(resources().sessions, job.id, iter_unsuccessful_items, ndjson_lines)
+    resp = Response(lines, mimetype=NDJSON_MIMETYPE)
+    resp.headers["X-Job-Status"] = job.status
+    return resp
+
+
+def _cutoff_param(name: str) -> float | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise invalid(f"{name} must be a number, got {raw[:40]!r}", field=name) from None
+    if not math.isfinite(value):
+        raise invalid(f"{name} must be a finite number, got {raw[:40]!r}", field=name)
+    return value
+
+
+@api.get("/jobs/<job_id>/scorecard")
+def job_scorecard(job_id: str) -> Response:
+    """The scorecard replayed from stored probabilities, optionally with other cutoffs."""
+    _reject_unknown_params(("supported_min", "contradicted_max"))
+    supported_min = _cutoff_param("supported_min")
+    contradicted_max = _cutoff_param("contradicted_max")
+    job = _job_or_404(job_id)
+    if job.kind != "claims":
+        raise conflict(f"a scorecard exists for claims jobs only; this job is {job.kind}")
+    try:
+        summary = claims_summary(
+            db_session(), job, supported_min=supported_min, contradicted_max=contradicted_max
+        )
+    except OptionsError as exc:
+        raise invalid(f"{exc.field}: {exc.message}", field=exc.field) from None
+    summary["job_id"] = str(job.id)
+    summary["status"] = job.status
+    # Replay works on partial data too; `partial` says some items may still change.
+    summary["partial"] = job.status != "completed"
+    return _json(summary)
+
+
+# --- changing jobs -------------------------------------------------------------------------------------
+
+
+@api.post("/jobs/<job_id>/cancel", endpoint="cancel_job")
+def cancel_job_view(job_id: str) -> Response:
+    """Stop a live job: pending items are skipped, running ones finish, then it is cancelled."""
+    session = db_session()
+    job = _job_or_404(job_id)
+    if job.status == "cancelling":
+        return _json(status_object(session, job))  # already on its way: cancelling twice is harmless
+    if not cancel_job(session, job):
+        session.rollback()
+        session.refresh(job)
+        raise conflict(f"job is {job.status}; only a queued or running job can be cancelled")
+    session.commit()
+    return _json(status_object(session, job))
+
+
+@api.post("/jobs/<job_id>/retry")
+def retry_job(job_id: str) -> Response:
+    """Send an ended job's failed items again (202); 200 with `retried: 0` when none failed."""
+    session = db_session()
+    job = _job_or_404(job_id)
+    try:
+        retried = retry_failed(session, job)
+    except JobStateError as exc:
+        session.rollback()
+        raise conflict(str(exc)) from None
+    if not retried:
+        session.rollback()
+        body = status_object(session, job)
+        body.update(retried=0, message="nothing to retry: the job has no failed items")
+        return _json(body)
+    session.commit()
+    _enqueue_start(job)
+    body = status_object(session, job)
+    body["retried"] = retried
+    return _json(body, 202, {"Location": _location(job)})
+
+
+# --- support -------------------------------------------------------------------------------------------
+
+
+@api.get("/requests/<request_id>", endpoint="lookup_request")
+def lookup_request_view(request_id: str) -> Response:
+    """Every upstream call of the caller's jobs with this `x-request-id`, with its item and job."""
+    found = lookup_request(db_session(), current_tenant().id, request_id)
+    if not found:
+        raise not_found("no request with that id in your jobs")
+    return _json(
+        {
+            "object": "request_lookup",
+            "request_id": request_id,
+            "calls": [
+                {
+                    **r.call,
+                    "job": {"id": str(r.job_id), "kind": r.job_kind, "status": r.job_status},
+                    "item": r.item,
+                }
+                for r in found
+            ],
+        }
+    )
+
+
+# --- unauthenticated -----------------------------------------------------------------------------------
+
+
+@meta.get("/healthz")
+def healthz() -> Response:
+    """Database reachable (and Redis in server mode): 200, else 503. No details that could leak."""
+    res = resources()
+    checks: dict[str, str] = {}
+    try:
+        with res.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception:
+        log.exception("health check: database unreachable")
+        checks["database"] = "unreachable"
+    if res.redis is not None:
+        try:
+            res.redis.ping()
+            checks["redis"] = "ok"
+        except Exception:
+            log.exception("health check: redis unreachable")
+            checks["redis"] = "unreachable"
+    healthy = all(v == "ok" for v in checks.values())
+    body = {
+        "status": "ok" if healthy else "unavailable",
+        "mode": "embedded" if res.settings.embedded else "server",
+        "simulated": res.settings.uses_simulator,
+        "checks": checks,
+    }
+    return _json(body, 200 if healthy else 503)
+
+
+@meta.get("/openapi.json")
+def openapi() -> Response:
+    return _json(openapi_document())

@@ -1,0 +1,58 @@
+"""The Flask app factory.
+
+One app holds one Settings, one engine and session factory, and one Celery app that it uses only to
+enqueue (`workers.api.enqueue_start`, by task name). Embedded mode (SQLite) migrates its database at
+startup because nothing else would; server mode never does — the release step runs migrations once,
+not every web process at boot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery
+from flask import Flask
+from redis import Redis
+
+import migrations
+from config import Settings
+from models import make_engine, make_session_factory
+from web.api import api, meta
+from web.errors import register_error_handlers
+from web.session import EXTENSION, WebResources, close_db_session
+from workers.app import make_celery
+
+HEALTH_TIMEOUT_S = 2.0
+
+
+def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | None = None) -> Flask:
+    """Build the web app from the environment, with `overrides` (Settings field names) applied."""
+    settings = Settings.from_env().with_overrides(overrides)
+    url = settings.effective_database_url()
+    if url.startswith("sqlite"):
+        migrations.upgrade(url)
+    engine = make_engine(url)
+    redis = None
+    if settings.redis_url:
+        redis = Redis.from_url(
+            settings.redis_url, socket_timeout=HEALTH_TIMEOUT_S, socket_connect_timeout=HEALTH_TIMEOUT_S
+        )
+
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    if settings.secret_key:
+        app.config["SECRET_KEY"] = settings.secret_key
+    app.extensions[EXTENSION] = WebResources(
+        settings=settings,
+        engine=engine,
+        sessions=make_session_factory(engine),
+        celery=celery if celery is not None else make_celery(settings),
+        redis=redis,
+    )
+    app.teardown_appcontext(close_db_session)
+    register_error_handlers(app)
+    app.register_blueprint(api)
+    app.register_blueprint(meta)
+    return app

@@ -1,0 +1,42 @@
+"""Bearer-token authentication: every /v1 request resolves to exactly one tenant, or a 401.
+
+The tenant lives on `flask.g` for the request; views scope every query by `current_tenant().id`,
+so another tenant's rows are simply not found (a 404, never a 403 that would confirm they exist).
+"""
+
+from __future__ import annotations
+
+from flask import g, request
+
+from jobs.tenancy import authenticate
+from models import Tenant
+from web.errors import unauthenticated
+from web.session import db_session
+
+
+def bearer_token() -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = token.strip()
+    return token or None
+
+
+def require_tenant() -> None:
+    """`before_request` hook of the API blueprint: set `g.tenant` or answer 401."""
+    token = bearer_token()
+    if token is None:
+        raise unauthenticated("missing bearer token: send `Authorization: Bearer <token>`")
+    tenant = authenticate(db_session(), token)
+    if tenant is None:
+        # Same message for unknown and revoked tokens: no hint about which tokens exist.
+        raise unauthenticated("invalid or revoked token")
+    g.tenant = tenant
+
+
+def current_tenant() -> Tenant:
+    """The authenticated tenant of this request (only inside API views)."""
+    tenant: Tenant = g.tenant
+    return tenant

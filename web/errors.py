@@ -1,0 +1,166 @@
+"""One JSON error shape for the whole API, and the handlers that make Flask use it.
+
+Every error under /v1 (and /healthz, /openapi.json) looks like
+`{"error": {"type", "message", "field"?, "line"?, "index"?, "errors"?: [...]}}` so a client needs one
+parser. Messages are written here or by our validators; exception text from libraries is never echoed
+(it can carry connection strings), so unexpected errors answer with a fixed message and are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger("factgate.web")
+
+# Problem types: a stable, documented vocabulary (web/openapi.py lists them).
+INVALID_REQUEST = "invalid_request_error"
+AUTHENTICATION = "authentication_error"
+NOT_FOUND = "not_found_error"
+METHOD_NOT_ALLOWED = "method_not_allowed_error"
+CONFLICT = "conflict_error"
+TOO_LARGE = "request_too_large_error"
+UNSUPPORTED_MEDIA = "unsupported_media_type_error"
+SERVER_ERROR = "server_error"
+UNAVAILABLE = "service_unavailable_error"
+
+ERROR_TYPES = (
+    INVALID_REQUEST,
+    AUTHENTICATION,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    CONFLICT,
+    TOO_LARGE,
+    UNSUPPORTED_MEDIA,
+    SERVER_ERROR,
+    UNAVAILABLE,
+)
+
+# Paths whose errors are JSON even when raised by Flask itself (routing, size limits).
+JSON_PREFIXES = ("/v1", "/healthz", "/openapi.json")
+
+
+class ApiError(Exception):
+    """An error response: raise it anywhere in a view and the handler renders the JSON shape."""
+
+    def __init__(
+        self,
+        status: int,
+        type_: str,
+        message: str,
+        *,
+        field: str | None = None,
+        line: int | None = None,
+        index: int | None = None,
+        errors: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.message = message
+        self.field = field
+        self.line = line
+        self.index = index
+        self.errors = errors
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"type": self.type, "message": self.message}
+        if self.field is not None:
+            err["field"] = self.field
+        if self.line is not None:
+            err["line"] = self.line
+        if self.index is not None:
+            err["index"] = self.index
+        if self.errors:
+            err["errors"] = self.errors
+        return {"error": err}
+
+
+def invalid(message: str, **kw: Any) -> ApiError:
+    """A 400 for bad input."""
+    return ApiError(400, INVALID_REQUEST, message, **kw)
+
+
+def not_found(message: str = "not found") -> ApiError:
+    return ApiError(404, NOT_FOUND, message)
+
+
+def conflict(message: str) -> ApiError:
+    return ApiError(409, CONFLICT, message)
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, TOO_LARGE, f"request body exceeds the limit of {limit} bytes")
+
+
+def unauthenticated(message: str) -> ApiError:
+    # RFC 6750: a 401 names the scheme the client should use.
+    return ApiError(401, AUTHENTICATION, message, headers={"WWW-Authenticate": 'Bearer realm="factgate"'})
+
+
+def render(err: ApiError) -> Response:
+    resp = jsonify(err.body())
+    resp.status_code = err.status
+    for name, value in err.headers.items():
+        resp.headers[name] = value
+    return resp
+
+
+_HTTP_TYPES = {
+    400: INVALID_REQUEST,
+    401: AUTHENTICATION,
+    404: NOT_FOUND,
+    405: METHOD_NOT_ALLOWED,
+    409: CONFLICT,
+    413: TOO_LARGE,
+    415: UNSUPPORTED_MEDIA,
+    503: UNAVAILABLE,
+}
+
+# Fixed messages for errors Flask raises itself: Werkzeug's descriptions are HTML-flavoured prose.
+_HTTP_MESSAGES = {
+    400: "bad request",
+    404: "no such endpoint",
+    405: "method not allowed on this endpoint",
+    413: "request body too large",
+    415: "unsupported content type",
+}
+
+
+def _wants_json() -> bool:
+    return request.path.startswith(JSON_PREFIXES)
+
+
+def register_error_handlers(app: Flask) -> None:
+    """JSON for ApiError everywhere, and for Flask's own HTTP errors on API paths."""
+
+    @app.errorhandler(ApiError)
+    def _api_error(err: ApiError) -> Response:
+        return render(err)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response | HTTPException:
+        if not _wants_json():
+            return exc
+        code = exc.code or 500
+        message = _HTTP_MESSAGES.get(code, exc.name.lower())
+        if code == 413:
+            limit = app.config.get("MAX_CONTENT_LENGTH")
+            if limit:
+                message = f"request body exceeds the limit of {limit} bytes"
+        err = ApiError(code, _HTTP_TYPES.get(code, INVALID_REQUEST if code < 500 else SERVER_ERROR), message)
+        resp = render(err)
+        if code == 405 and exc.get_response().headers.get("Allow"):
+            resp.headers["Allow"] = exc.get_response().headers["Allow"]
+        return resp
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        # Never echo: driver and library messages can contain URLs with credentials.
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return render(ApiError(500, SERVER_ERROR, "internal error; the server log has the details"))

@@ -1,0 +1,119 @@
+"""Streamed exports of a job: results as NDJSON or CSV, failed and skipped items as NDJSON.
+
+Generators over server-side cursors (`yield_per`), so a 200,000-item job streams in constant memory.
+A stream owns its database session (`stream_job`): Flask tears the request's app context down when
+the view returns, before the first chunk is sent, so the request's session would be closed under the
+cursor. The stream's session closes when the generator finishes or the server closes it (client gone).
+They stream whatever exists: a running job's export holds its finished rows and the pending ones with
+status `pending`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from jobs.claims import iter_claim_results
+from models import Item, Job
+
+ResultIterator = Callable[[Session, Job], Iterator[dict[str, Any]]]
+Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
+
+# Per kind: one dict per submitted row. Kinds without an entry have no results export yet.
+RESULT_ITERATORS: dict[str, ResultIterator] = {"claims": iter_claim_results}
+
+CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error")
+
+
+def ndjson_lines(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+    """One compact JSON document per line."""
+    for record in records:
+        yield json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+    """One CSV row per claim per mode, header first (`claims` results only)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+
+    def flush() -> str:
+        text = buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        return text
+
+    writer.writerow(CSV_COLUMNS)
+    yield flush()
+    for record in records:
+        label = record.get("label")
+        for mode, res in record.get("results", {}).items():
+            p = res.get("p")
+            writer.writerow(
+                (
+                    record.get("custom_id", ""),
+                    mode,
+                    res.get("status", ""),
+                    "" if p is None else repr(float(p)),
+                    res.get("verdict") or "",
+                    "" if label is None else str(bool(label)).lower(),
+                    res.get("request_id") or "",
+                    res.get("error") or "",
+                )
+            )
+        yield flush()
+
+
+def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+    """Failed and skipped items in input order, with what support needs: error and request ids.
+
+    Belongs in jobs/queries.py (a tenant-scoped read); kept here until the lead moves it.
+    """
+    rows = session.execute(
+        select(
+            Item.position,
+            Item.custom_id,
+            Item.mode,
+            Item.stage,
+            Item.status,
+            Item.attempts,
+            Item.error,
+            Item.output,
+        )
+        .where(Item.job_id == job.id, Item.status.in_(("failed", "skipped")))
+        .order_by(Item.position)
+        .execution_options(yield_per=2_000)
+    )
+    try:
+        for position, custom_id, mode, stage, status, attempts, error, output in rows:
+            o = output or {}
+            request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
+            yield {
+                "custom_id": custom_id,
+                "mode": mode,
+                "stage": stage,
+                "position": position,
+                "status": status,
+                "error": error,
+                "attempts": attempts,
+                "request_ids": request_ids,
+            }
+    finally:
+        rows.close()  # a stream closed mid-way must not leave the server-side cursor open
+
+
+def stream_job(
+    sessions: sessionmaker[Session], job_id: uuid.UUID, records: ResultIterator, render: Renderer
+) -> Iterator[str]:
+    """Render `records(session, job)` with a session opened on the first chunk and closed after the last."""
+    with sessions() as session:
+        job = session.get(Job, job_id)
+        if job is None:  # deleted between the view's check and the first chunk
+            return
+        yield from render(records(session, job))

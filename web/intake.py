@@ -1,0 +1,284 @@
+"""Turning a POST /v1/jobs request into a validated job: kind, options, rows, metadata — or one 400.
+
+Two body formats carry the same submission:
+- JSON: `{"kind", "options", "items": [...], "metadata"}`; row problems are named `items[i]` (0-based).
+- NDJSON (`application/x-ndjson`): one row per line, read line by line from the stream; kind, options
+  and metadata come from query parameters; row problems are named by 1-based line.
+
+Each job kind plugs in as a `KindIntake` in `KINDS`. Everything is checked before anything is stored.
+For NDJSON the cheap checks (kind, options, metadata) run before the first line is read, so a typo in
+a query parameter fails at once instead of after a 60 MB upload.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from checks import claims as claim_rules
+from checks.options import OptionsError, parse_claims_options
+from config import Settings
+from jobs.claims import claim_units
+from jobs.intake import UnitSpec
+from web.errors import invalid
+
+MAX_METADATA_BYTES = 16 * 1024
+MAX_IDEMPOTENCY_KEY_CHARS = 200  # the column's width
+JSON_BODY_FIELDS = ("kind", "options", "items", "metadata")
+# Query parameters of an NDJSON submission that are not job options.
+NDJSON_META_PARAMS = ("kind", "metadata")
+# Kinds the data model knows but intake does not take yet (SPEC §3, §4).
+PLANNED_KINDS = ("answer", "quote")
+_FIRST_ON_ITEM = re.compile(r"first on item (\d+)")
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A submission that passed every check: ready for `jobs.intake.create_job`."""
+
+    kind: str
+    options: dict[str, Any]
+    units: list[UnitSpec]
+    warnings: list[str]
+    metadata: dict[str, Any]
+
+
+class KindIntake(Protocol):
+    """What a job kind provides to intake. Raise `ApiError` (via `invalid`) for every problem."""
+
+    def parse_options(self, raw: Mapping[str, Any]) -> Any:
+        """Validated options (any object); called before the body is read."""
+        ...
+
+    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows: ...
+
+    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows: ...
+
+
+@dataclass(frozen=True)
+class PreparedRows:
+    """What a kind makes of valid rows: the options as stored, the items to create, intake warnings."""
+
+    options: dict[str, Any]
+    units: list[UnitSpec]
+    warnings: list[str]
+
+
+# --- errors --------------------------------------------------------------------------------------------
+
+
+def options_error(exc: OptionsError, *, prefix: str = "options.") -> Exception:
+    """400 naming the option (`options.mode` in a JSON body, `mode` as a query parameter)."""
+    return invalid(f'option "{exc.field}": {exc.message}', field=f"{prefix}{exc.field}")
+
+
+def _row_error_entry(err: claim_rules.RowError) -> dict[str, Any]:
+    """One problem in the API's shape: NDJSON rows by 1-based `line`, JSON items by 0-based `index`."""
+    entry: dict[str, Any] = {}
+    if err.unit == "item" and err.line is not None:
+        index = err.line - 1
+        entry["index"] = index
+        where = f"items[{index}]"
+        entry["field"] = f"{where}.{err.field}" if err.field else where
+        # checks/ counts items from 1 ("first on item 1"); the API names them as JSON indexes.
+        message = _FIRST_ON_ITEM.sub(lambda m: f"first at items[{int(m.group(1)) - 1}]", err.message)
+        entry["message"] = f"{entry['field']}: {message}"
+        return entry
+    if err.line is not None:
+        entry["line"] = err.line
+    if err.field is not None:
+        entry["field"] = err.field if err.unit == "line" else f"items.{err.field}"
+    entry["message"] = str(err)
+    return entry
+
+
+def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> Exception:
+    """400 listing every kept problem; the top level repeats the first one's position."""
+    entries = [_row_error_entry(e) for e in exc.errors]
+    first = entries[0] if entries else {"message": str(exc)}
+    total = exc.total
+    noun = "problem" if total == 1 else "problems"
+    message = f"{total} {noun} in the batch, nothing was stored; first: {first['message']}"
+    if exc.more:
+        message += f" ({exc.more} more not listed)"
+    field = first.get("field") or ("items" if json_items else None)
+    return invalid(message, field=field, line=first.get("line"), index=first.get("index"), errors=entries)
+
+
+# --- the claims kind -----------------------------------------------------------------------------------
+
+
+class ClaimsIntake:
+    """`claims`: one row per claim (SPEC §2), validated by checks.claims, one item per claim per mode."""
+
+    def parse_options(self, raw: Mapping[str, Any]) -> Any:
+        return parse_claims_options(raw)
+
+    def _units(self, options: Any, rows: list[claim_rules.ClaimRow]) -> PreparedRows:
+        units, warnings = claim_units(rows, options)
+        return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
+
+    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
+        try:
+            rows = claim_rules.parse_ndjson_lines(
+                lines, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
+            )
+        except claim_rules.ClaimsValidationError as exc:
+            raise rows_error(exc, json_items=False) from None
+        return self._units(options, rows)
+
+    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
+        try:
+            rows = claim_rules.validate_rows(
+                items, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
+            )
+        except claim_rules.ClaimsValidationError as exc:
+            raise rows_error(exc, json_items=True) from None
+        return self._units(options, rows)
+
+
+KINDS: dict[str, KindIntake] = {"claims": ClaimsIntake()}
+
+
+def intake_for(kind: object, *, field: str = "kind") -> tuple[str, KindIntake]:
+    """The intake of a kind, or 400: missing, planned but not yet accepted, or unknown."""
+    if kind is None or kind == "":
+        raise invalid(f"kind is required (one of: {', '.join(KINDS)})", field=field)
+    if not isinstance(kind, str):
+        raise invalid(f"kind must be a string, got {type(kind).__name__}", field=field)
+    if kind in KINDS:
+        return kind, KINDS[kind]
+    if kind in PLANNED_KINDS:
+        raise invalid(f"kind {kind} is not supported yet (supported: {', '.join(KINDS)})", field=field)
+    raise invalid(f"unknown kind {kind[:50]!r} (supported: {', '.join(KINDS)})", field=field)
+
+
+# --- metadata ------------------------------------------------------------------------------------------
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "must not contain a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (it holds an unpaired surrogate)"
+    return None
+
+
+def check_metadata(value: object, *, field: str = "metadata") -> dict[str, Any]:
+    """An object of at most 16 KB of JSON whose strings Postgres can store; else 400."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise invalid(f"metadata must be a JSON object, got {type(value).__name__}", field=field)
+    # Walk without recursion: the body parser already bounds depth, but this must never blow the stack.
+    stack: list[object] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if (problem := _text_problem(str(k))) is not None:
+                    raise invalid(f"metadata keys {problem}", field=field)
+                stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str):
+            if (problem := _text_problem(node)) is not None:
+                raise invalid(f"metadata strings {problem}", field=field)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise invalid("metadata numbers must be finite", field=field)
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise invalid(
+            f"metadata is {size:,} bytes of JSON, over the limit of {MAX_METADATA_BYTES:,}", field=field
+        )
+    return value
+
+
+def check_idempotency_key(raw: str | None) -> str | None:
+    """The Idempotency-Key header, trimmed; 400 when it cannot be stored."""
+    if raw is None:
+        return None
+    key = raw.strip()
+    if not key:
+        raise invalid("Idempotency-Key must not be empty", field="Idempotency-Key")
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise invalid(
+            f"Idempotency-Key is {len(key)} characters, over the limit of {MAX_IDEMPOTENCY_KEY_CHARS}",
+            field="Idempotency-Key",
+        )
+    if (problem := _text_problem(key)) is not None:
+        raise invalid(f"Idempotency-Key {problem}", field="Idempotency-Key")
+    return key
+
+
+# --- the two formats -----------------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_strict(raw: str | bytes) -> Any:
+    """json.loads without NaN/Infinity (Postgres JSONB cannot store them)."""
+    return json.loads(raw, parse_constant=_reject_constant)
+
+
+def prepare_json(body: object, settings: Settings) -> PreparedJob:
+    """A JSON submission: `{"kind", "options", "items", "metadata"}`."""
+    if not isinstance(body, dict):
+        raise invalid(f"request body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(JSON_BODY_FIELDS))
+    if unknown:
+        raise invalid(
+            f"unknown field {unknown[0]!r} (allowed: {', '.join(JSON_BODY_FIELDS)})", field=str(unknown[0])
+        )
+    kind, intake = intake_for(body.get("kind"))
+    raw_options = body.get("options")
+    if raw_options is None:
+        raw_options = {}
+    if not isinstance(raw_options, dict):
+        raise invalid(f"options must be a JSON object, got {type(raw_options).__name__}", field="options")
+    try:
+        options = intake.parse_options(raw_options)
+    except OptionsError as exc:
+        raise options_error(exc) from None
+    metadata = check_metadata(body.get("metadata"))
+    items = body.get("items")
+    if items is None:
+        raise invalid("items is required: a JSON array of rows", field="items")
+    if not isinstance(items, list):
+        raise invalid(f"items must be a JSON array, got {type(items).__name__}", field="items")
+    prepared = intake.from_items(options, items, settings)
+    return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
+
+
+def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, dict[str, Any]]:
+    """Kind, intake, options and metadata of an NDJSON submission, from its query parameters."""
+    kind, intake = intake_for(args.get("kind"))
+    raw_options = {k: v for k, v in args.items() if k not in NDJSON_META_PARAMS}
+    try:
+        options = intake.parse_options(raw_options)
+    except OptionsError as exc:
+        raise options_error(exc, prefix="") from None
+    metadata: dict[str, Any] = {}
+    raw_meta = args.get("metadata")
+    if raw_meta:
+        try:
+            parsed = loads_strict(raw_meta)
+        except (ValueError, RecursionError):
+            raise invalid("metadata must be a JSON object (URL-encoded)", field="metadata") from None
+        metadata = check_metadata(parsed)
+    return kind, intake, options, metadata
+
+
+def prepare_ndjson(args: Mapping[str, str], lines: Iterator[bytes], settings: Settings) -> PreparedJob:
+    """An NDJSON submission: rows from `lines`, everything else from the query string."""
+    kind, intake, options, metadata = ndjson_submission(args)
+    prepared = intake.from_lines(options, lines, settings)
+    return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)

@@ -1,0 +1,664 @@
+"""The OpenAPI 3.1 description of the JSON API, as a Python dict served at /openapi.json.
+
+Written by hand so that it says what the API promises (every error, every limit), not what a
+generator could infer; a test checks that every route registered under /v1 appears here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX_ID_CHARS, SUPPORTED_MIN
+from checks.options import CLAIMS_MODES
+from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+from models import JOB_KINDS, JOB_STATUSES
+from web.errors import ERROR_TYPES
+from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
+
+NDJSON = "application/x-ndjson"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+
+
+def _job(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": _ref("Job")}},
+    }
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+LOCATION = {"Location": {"description": "URL of the job's status object", "schema": {"type": "string"}}}
+JOB_STATUS_HEADER = {
+    "X-Job-Status": {"description": "the job's status when the stream started", "schema": {"type": "string"}}
+}
+
+UNAUTHORIZED = {
+    "description": "Missing, unknown or revoked bearer token. Carries `WWW-Authenticate: Bearer`.",
+    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    "content": {"application/json": {"schema": _ref("Error")}},
+}
+JOB_NOT_FOUND = _error("No such job for this tenant (another tenant's job and a malformed id look the same).")
+
+JOB_ID = {
+    "name": "job_id",
+    "in": "path",
+    "required": True,
+    "description": "The job's id (a UUID).",
+    "schema": {"type": "string", "format": "uuid"},
+}
+
+
+def _cutoff_param(name: str, default: float, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": f"{description} Default {default}. 0 ≤ contradicted_max < supported_min ≤ 1.",
+        "schema": {"type": "number", "minimum": 0, "maximum": 1},
+    }
+
+
+SUPPORTED_MIN_PARAM = _cutoff_param(
+    "supported_min", SUPPORTED_MIN, "p at or above this is `supported` (inclusive)."
+)
+CONTRADICTED_MAX_PARAM = _cutoff_param(
+    "contradicted_max", CONTRADICTED_MAX, "p at or below this is `contradicted` (inclusive)."
+)
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["type", "message"],
+                "properties": {
+                    "type": {"type": "string", "enum": list(ERROR_TYPES)},
+                    "message": {"type": "string", "description": "What is wrong, naming the field or line."},
+                    "field": {
+                        "type": "string",
+                        "description": "The offending field: a JSON body field (`options.mode`, "
+                        "`items[3].label`), a query parameter (`limit`) or a header (`Idempotency-Key`).",
+                    },
+                    "line": {
+                        "type": "integer",
+                        "description": "1-based NDJSON line (or JSON line) of the first problem.",
+                    },
+                    "index": {
+                        "type": "integer",
+                        "description": "0-based index in `items` of the first problem.",
+                    },
+                    "errors": {
+                        "type": "array",
+                        "description": f"Every problem with the batch (the first {MAX_ERRORS_KEPT}; the "
+                        "message counts the rest).",
+                        "items": _ref("RowError"),
+                    },
+                },
+            }
+        },
+    },
+    "RowError": {
+        "type": "object",
+        "required": ["message"],
+        "properties": {
+            "line": {"type": "integer", "description": "1-based NDJSON line."},
+            "index": {"type": "integer", "description": "0-based index in `items` (JSON bodies)."},
+            "field": {"type": "string"},
+            "message": {"type": "string"},
+        },
+    },
+    "ClaimRow": {
+        "type": "object",
+        "description": "One claim. Unknown fields are rejected (allowed: " + ", ".join(ALLOWED_FIELDS) + ").",
+        "required": ["id", "claim"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {
+                "type": "string",
+                "maxLength": MAX_ID_CHARS,
+                "description": "Unique in the batch; comes back as `custom_id`.",
+            },
+            "claim": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The claim (at most FACTGATE_MAX_CLAIM_BYTES bytes of UTF-8, default 4096).",
+            },
+            "label": {
+                "type": ["boolean", "null"],
+                "description": "Known truth; labelled claims are scored in the scorecard.",
+            },
+            "kind": {"type": ["string", "null"], "description": "Free-form group, e.g. stable/recent."},
+            "source": {"type": ["string", "null"], "description": "Where the label was checked."},
+        },
+    },
+    "ClaimsOptions": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "Options of a `claims` job. Unknown options are rejected. Cutoffs are applied by "
+        "factgate and never sent to the model.",
+        "properties": {
+            "model": {"type": "string", "enum": sorted(KNOWN_MODELS), "default": DEFAULT_MODEL},
+            "mode": {
+                "type": "string",
+                "enum": list(CLAIMS_MODES),
+                "default": "grounded",
+                "description": "`both` sends every claim twice and reports verdict flips.",
+            },
+            "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
+            "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
+            "budget_usd": {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "description": "Stop sending once this much has been spent; remaining items are skipped.",
+            },
+        },
+    },
+    "JobSubmission": {
+        "type": "object",
+        "required": ["kind", "items"],
+        "additionalProperties": False,
+        "properties": {
+            "kind": {
+                "type": "string",
+                "enum": list(JOB_KINDS),
+                "description": "Only `claims` is accepted today; `answer` and `quote` answer 400 "
+                "(not supported yet).",
+            },
+            "options": _ref("ClaimsOptions"),
+            "items": {"type": "array", "minItems": 1, "items": _ref("ClaimRow")},
+            "metadata": _ref("Metadata"),
+        },
+    },
+    "Metadata": {
+        "type": "object",
+        "description": f"Anything you want back with the job; at most {MAX_METADATA_BYTES} bytes of JSON.",
+    },
+    "RequestCounts": {
+        "type": "object",
+        "description": "Items by status. An item is one claim in one mode.",
+        "properties": {
+            name: {"type": "integer", "minimum": 0}
+            for name in ("total", "completed", "failed", "skipped", "pending", "running")
+        },
+    },
+    "Usage": {
+        "type": "object",
+        "description": "Summed from one row per upstream HTTP attempt: stored at finalization, live before.",
+        "properties": {
+            "http_attempts": {"type": "integer"},
+            "input_tokens": {"type": "integer"},
+            "output_tokens": {"type": "integer"},
+            "searches": {"type": "integer"},
+            "throttled": {"type": "integer", "description": "Attempts answered 429."},
+            "cost_usd": {"type": "number"},
+            "by_endpoint": {"type": "object", "additionalProperties": {"type": "object"}},
+        },
+    },
+    "Job": {
+        "type": "object",
+        "required": ["id", "object", "kind", "status", "request_counts", "timestamps", "simulated", "links"],
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "object": {"const": "job"},
+            "kind": {"type": "string", "enum": list(JOB_KINDS)},
+            "status": {"type": "string", "enum": list(JOB_STATUSES)},
+            "options": {"type": "object", "description": "The validated options, defaults filled in."},
+            "metadata": _ref("Metadata"),
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "request_counts": _ref("RequestCounts"),
+            "usage": _ref("Usage"),
+            "cost_usd": {"type": "number"},
+            "timestamps": {
+                "type": "object",
+                "description": "ISO 8601 (UTC) time the job entered each state; null if it has not.",
+                "properties": {
+                    f"{s}_at": {"type": ["string", "null"], "format": "date-time"}
+                    for s in (
+                        "created",
+                        "queued",
+                        "started",
+                        "finalizing",
+                        "completed",
+                        "cancelling",
+                        "cancelled",
+                        "failed",
+                    )
+                },
+            },
+            "simulated": {"type": "boolean", "description": "True when the bundled simulator answered."},
+            "simulated_note": {
+                "type": "string",
+                "description": "Only when simulated: results come from the bundled simulator.",
+            },
+            "error": {"type": ["string", "null"]},
+            "summary": {
+                "type": ["object", "null"],
+                "description": "Report totals (claims: the scorecard per mode), written when the job ends.",
+            },
+            "links": {
+                "type": "object",
+                "properties": {
+                    name: {"type": "string"}
+                    for name in ("self", "results", "errors", "scorecard", "cancel", "retry", "report")
+                },
+            },
+            "retried": {"type": "integer", "description": "Only on POST .../retry: items sent again."},
+            "message": {"type": "string", "description": "Only on POST .../retry when nothing failed."},
+        },
+    },
+    "JobList": {
+        "type": "object",
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Job")}},
+    },
+    "ClaimResult": {
+        "type": "object",
+        "description": "One NDJSON line of GET /v1/jobs/{job_id}/results for a claims job.",
+        "properties": {
+            "custom_id": {"type": "string"},
+            "claim": {"type": "string"},
+            "label": {"type": ["boolean", "null"]},
+            "results": {
+                "type": "object",
+                "description": "Per mode (`ungrounded`, `grounded`).",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {
+                        "status": {
+                            "type": "string",
+                            "enum": ["pending", "running", "done", "failed", "skipped"],
+                        },
+                        "p": {"type": ["number", "null"]},
+                        "verdict": {
+                            "type": ["string", "null"],
+                            "enum": ["supported", "contradicted", "review", None],
+                        },
+                        "request_id": {"type": ["string", "null"]},
+                        "request_ids": {"type": "array", "items": {"type": "string"}},
+                        "attempts": {"type": ["integer", "null"]},
+                        "input_tokens": {"type": ["integer", "null"]},
+                        "in_query": {"type": ["boolean", "null"]},
+                        "sources": {"type": "array", "items": {"type": "object"}},
+                        "error": {"type": ["string", "null"]},
+                    },
+                },
+            },
+        },
+    },
+    "ItemError": {
+        "type": "object",
+        "description": "One NDJSON line of GET /v1/jobs/{job_id}/errors.",
+        "properties": {
+            "custom_id": {"type": "string"},
+            "mode": {"type": "string"},
+            "stage": {"type": "string"},
+            "position": {"type": "integer"},
+            "status": {"type": "string", "enum": ["failed", "skipped"]},
+            "error": {"type": ["string", "null"]},
+            "attempts": {"type": "integer", "description": "Times a worker picked the item up."},
+            "request_ids": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "Scorecard": {
+        "type": "object",
+        "description": "Claims scorecards replayed from stored probabilities (no upstream request).",
+        "properties": {
+            "job_id": {"type": "string", "format": "uuid"},
+            "status": {"type": "string", "enum": list(JOB_STATUSES)},
+            "partial": {"type": "boolean", "description": "True until the job is completed."},
+            "kind": {"const": "claims"},
+            "cutoffs": {
+                "type": "object",
+                "properties": {"supported_min": {"type": "number"}, "contradicted_max": {"type": "number"}},
+            },
+            "modes": {"type": "array", "items": {"type": "string"}},
+            "scorecards": {"type": "object", "additionalProperties": {"type": "object"}},
+            "flips": {"type": "array", "items": {"type": "object"}},
+            "outside_query": {"type": "integer"},
+        },
+    },
+    "RequestLookup": {
+        "type": "object",
+        "properties": {
+            "object": {"const": "request_lookup"},
+            "request_id": {"type": "string"},
+            "calls": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "description": "One upstream HTTP attempt with its job and item.",
+                    "properties": {
+                        "request_id": {"type": ["string", "null"]},
+                        "endpoint": {"type": "string"},
+                        "model": {"type": ["string", "null"]},
+                        "attempt": {"type": "integer"},
+                        "status_code": {"type": ["integer", "null"]},
+                        "latency_ms": {"type": "number"},
+                        "input_tokens": {"type": "integer"},
+                        "output_tokens": {"type": "integer"},
+                        "searches": {"type": "integer"},
+                        "search_results": {"type": "integer"},
+                        "cost_usd": {"type": "number"},
+                        "error": {"type": ["string", "null"]},
+                        "created_at": {"type": "string", "format": "date-time"},
+                        "job": {"type": "object"},
+                        "item": {"type": ["object", "null"]},
+                    },
+                },
+            },
+        },
+    },
+    "Health": {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "unavailable"]},
+            "mode": {"type": "string", "enum": ["embedded", "server"]},
+            "simulated": {"type": "boolean"},
+            "checks": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "enum": ["ok", "unreachable"]},
+            },
+        },
+    },
+}
+
+NDJSON_QUERY_PARAMS = [
+    {
+        "name": "kind",
+        "in": "query",
+        "description": "Job kind (NDJSON bodies only; JSON bodies carry it in the body).",
+        "schema": {"type": "string", "enum": list(JOB_KINDS)},
+    },
+    {
+        "name": "mode",
+        "in": "query",
+        "description": "claims option (NDJSON only)",
+        "schema": {"type": "string", "enum": list(CLAIMS_MODES)},
+    },
+    {
+        "name": "model",
+        "in": "query",
+        "description": "claims option (NDJSON only)",
+        "schema": {"type": "string", "enum": sorted(KNOWN_MODELS)},
+    },
+    {
+        **SUPPORTED_MIN_PARAM,
+        "description": "claims option (NDJSON only). " + SUPPORTED_MIN_PARAM["description"],
+    },
+    {
+        **CONTRADICTED_MAX_PARAM,
+        "description": "claims option (NDJSON only). " + CONTRADICTED_MAX_PARAM["description"],
+    },
+    {
+        "name": "budget_usd",
+        "in": "query",
+        "description": "claims option (NDJSON only)",
+        "schema": {"type": "number", "exclusiveMinimum": 0},
+    },
+    {
+        "name": "metadata",
+        "in": "query",
+        "description": "A URL-encoded JSON object (NDJSON only).",
+        "schema": {"type": "string"},
+    },
+]
+
+PATHS: dict[str, Any] = {
+    "/v1/jobs": {
+        "post": {
+            "operationId": "createJob",
+            "summary": "Submit a batch",
+            "description": (
+                "Validates the whole batch first; any problem rejects it whole and nothing is stored. "
+                "Send JSON (`JobSubmission`) or NDJSON (`application/x-ndjson`, one `ClaimRow` per line, "
+                "kind/options/metadata as query parameters; blank lines are skipped but counted). "
+                "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB, the body by FACTGATE_MAX_BODY_BYTES "
+                "(413, checked against Content-Length and again while reading). Unknown query parameters "
+                "are rejected as unknown options. The job is committed before it is queued."
+            ),
+            "parameters": [
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "description": (
+                        "Retry-safe submission: if this tenant already created a job with this key, that "
+                        "job is returned with 200 and the body is not read or compared. "
+                        f"At most {MAX_IDEMPOTENCY_KEY_CHARS} characters."
+                    ),
+                    "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY_CHARS},
+                },
+                *NDJSON_QUERY_PARAMS,
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": _ref("JobSubmission")},
+                    NDJSON: {"schema": _ref("ClaimRow"), "description": "One ClaimRow per line."},
+                },
+            },
+            "responses": {
+                "202": _job("Created and queued.", LOCATION),
+                "200": _job("The job this Idempotency-Key already created (nothing new stored).", LOCATION),
+                "400": _error(
+                    "Invalid submission: not JSON, bad NDJSON line (named by `line`), bad item (named "
+                    "`items[i]`), missing field, label not boolean, duplicate id, over-long claim, too many "
+                    "rows, empty batch, bad option (named `options.x` or the query parameter), bad metadata, "
+                    "unknown kind or a kind not supported yet. `errors` lists every row problem."
+                ),
+                "401": UNAUTHORIZED,
+                "413": _error("Body larger than FACTGATE_MAX_BODY_BYTES."),
+                "415": _error("Content-Type is neither application/json nor application/x-ndjson."),
+            },
+        },
+        "get": {
+            "operationId": "listJobs",
+            "summary": "The caller's jobs, newest first",
+            "parameters": [
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                },
+                {"name": "kind", "in": "query", "schema": {"type": "string", "enum": list(JOB_KINDS)}},
+                {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(JOB_STATUSES)}},
+            ],
+            "responses": {
+                "200": {
+                    "description": "A page of jobs.",
+                    "content": {"application/json": {"schema": _ref("JobList")}},
+                },
+                "400": _error("Bad or unknown query parameter (named in `field`)."),
+                "401": UNAUTHORIZED,
+            },
+        },
+    },
+    "/v1/jobs/{job_id}": {
+        "get": {
+            "operationId": "getJob",
+            "summary": "Job status: progress, usage and cost, timestamps, summary, links",
+            "parameters": [JOB_ID],
+            "responses": {"200": _job("The job."), "401": UNAUTHORIZED, "404": JOB_NOT_FOUND},
+        }
+    },
+    "/v1/jobs/{job_id}/results": {
+        "get": {
+            "operationId": "getJobResults",
+            "summary": "Results, streamed in input order",
+            "description": (
+                "Streams whatever exists: while the job runs, unfinished claims appear with status "
+                "`pending`/`running` and no verdict (no 409). NDJSON: one `ClaimResult` per claim. "
+                "CSV (`?format=csv`, sent as an attachment): one row per claim per mode with columns "
+                "custom_id, mode, status, p, verdict, label, request_id, error."
+            ),
+            "parameters": [
+                JOB_ID,
+                {
+                    "name": "format",
+                    "in": "query",
+                    "schema": {"type": "string", "enum": ["ndjson", "csv"], "default": "ndjson"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "The results.",
+                    "headers": JOB_STATUS_HEADER,
+                    "content": {
+                        NDJSON: {"schema": _ref("ClaimResult")},
+                        "text/csv": {"schema": {"type": "string"}},
+                    },
+                },
+                "400": _error("Unknown format or query parameter."),
+                "401": UNAUTHORIZED,
+                "404": JOB_NOT_FOUND,
+                "409": _error("This job kind has no results export yet."),
+            },
+        }
+    },
+    "/v1/jobs/{job_id}/errors": {
+        "get": {
+            "operationId": "getJobErrors",
+            "summary": "Failed and skipped items, with errors and upstream request ids",
+            "parameters": [JOB_ID],
+            "responses": {
+                "200": {
+                    "description": "One `ItemError` per line (empty when nothing failed).",
+                    "headers": JOB_STATUS_HEADER,
+                    "content": {NDJSON: {"schema": _ref("ItemError")}},
+                },
+                "401": UNAUTHORIZED,
+                "404": JOB_NOT_FOUND,
+            },
+        }
+    },
+    "/v1/jobs/{job_id}/scorecard": {
+        "get": {
+            "operationId": "getJobScorecard",
+            "summary": "Replay the claims scorecard, optionally with other cutoffs",
+            "description": "Works on partial data too; `partial` is true until the job is completed.",
+            "parameters": [JOB_ID, SUPPORTED_MIN_PARAM, CONTRADICTED_MAX_PARAM],
+            "responses": {
+                "200": {
+                    "description": "Scorecards.",
+                    "content": {"application/json": {"schema": _ref("Scorecard")}},
+                },
+                "400": _error("A cutoff is not a number, out of range, or not ordered (named in `field`)."),
+                "401": UNAUTHORIZED,
+                "404": JOB_NOT_FOUND,
+                "409": _error("Not a claims job."),
+            },
+        }
+    },
+    "/v1/jobs/{job_id}/cancel": {
+        "post": {
+            "operationId": "cancelJob",
+            "summary": "Cancel a live job",
+            "description": "Pending items are skipped at once; running items finish; the job then ends "
+            "`cancelled`. Cancelling a job that is already `cancelling` returns it unchanged.",
+            "parameters": [JOB_ID],
+            "responses": {
+                "200": _job("The job, now cancelling."),
+                "401": UNAUTHORIZED,
+                "404": JOB_NOT_FOUND,
+                "409": _error("The job has ended or is finalizing."),
+            },
+        }
+    },
+    "/v1/jobs/{job_id}/retry": {
+        "post": {
+            "operationId": "retryJob",
+            "summary": "Send an ended job's failed items again",
+            "parameters": [JOB_ID],
+            "responses": {
+                "202": _job(
+                    "Failed items are pending again and the job is queued (`retried` counts them).", LOCATION
+                ),
+                "200": _job("Nothing failed: nothing to retry (`retried` is 0)."),
+                "401": UNAUTHORIZED,
+                "404": JOB_NOT_FOUND,
+                "409": _error("The job is still live; only an ended job can be retried."),
+            },
+        }
+    },
+    "/v1/requests/{request_id}": {
+        "get": {
+            "operationId": "lookupRequest",
+            "summary": "Find an upstream `x-request-id` in the caller's jobs",
+            "parameters": [
+                {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "responses": {
+                "200": {
+                    "description": "The calls.",
+                    "content": {"application/json": {"schema": _ref("RequestLookup")}},
+                },
+                "401": UNAUTHORIZED,
+                "404": _error("No call with that request id in this tenant's jobs."),
+            },
+        }
+    },
+    "/healthz": {
+        "get": {
+            "operationId": "health",
+            "summary": "Database (and Redis in server mode) reachable",
+            "security": [],
+            "responses": {
+                "200": {
+                    "description": "Healthy.",
+                    "content": {"application/json": {"schema": _ref("Health")}},
+                },
+                "503": {
+                    "description": "A dependency is unreachable.",
+                    "content": {"application/json": {"schema": _ref("Health")}},
+                },
+            },
+        }
+    },
+    "/openapi.json": {
+        "get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "security": [],
+            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
+        }
+    },
+}
+
+COMMON_RESPONSES_NOTE = (
+    "Every error has one shape (`Error`). Under /v1 a wrong method answers 405 and an unknown path 404, "
+    "both as JSON."
+)
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "factgate API",
+        "version": "1",
+        "description": "Batch claim checking on the Perplexity Decisions API. " + COMMON_RESPONSES_NOTE,
+    },
+    "servers": [{"url": "/"}],
+    "security": [{"bearer": []}],
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "A factgate API token."}
+        },
+        "schemas": SCHEMAS,
+    },
+    "paths": PATHS,
+}
+
+
+def openapi_document() -> dict[str, Any]:
+    """A copy of the document (callers may annotate theirs)."""
+    return copy.deepcopy(DOCUMENT)
