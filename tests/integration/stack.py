@@ -6,6 +6,7 @@ the sweeper runs every second) pointed at a real simulator over HTTP — nothing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -59,18 +60,18 @@ class WorkerProc:
         )
 
     def kill(self) -> None:
-        """SIGKILL: no cleanup, no acks — the crash the design must survive."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        """SIGKILL to the whole process group (worker and its embedded beat): no cleanup, no acks."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.kill()  # whatever is left of the group (an orphaned beat child)
 
 
 @dataclass
@@ -104,7 +105,9 @@ class Stack:
             argv += ["-B", "--schedule", str(self.tmp / f"beat{n}.db")]
         env = {**os.environ, **self.env, **(extra_env or {})}
         with log.open("wb") as fh:
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(  # noqa: S603 - fixed argv
+                argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
         worker = WorkerProc(proc, log)
         self.workers.append(worker)
         worker.wait_ready()
