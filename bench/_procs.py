@@ -26,7 +26,9 @@ from sqlalchemy.engine import make_url
 import migrations
 
 ROOT = Path(__file__).resolve().parents[1]
-PG_ADMIN = os.environ.get("FACTGATE_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN = os.environ.get(
+    "FACTGATE_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 REDIS_URL = os.environ.get("FACTGATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 BIN = Path(sys.executable).parent
 
@@ -76,10 +78,16 @@ class Procs:
     logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="factgate-bench-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = (self.logdir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(  # noqa: S603 - fixed argv
-            argv, cwd=ROOT, env={**os.environ, **self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**os.environ, **self.env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         self.procs[name] = proc
         return proc

@@ -13,13 +13,16 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from models import Item, Job, utcnow
+
+if TYPE_CHECKING:
+    import psycopg
 
 INSERT_BATCH = 5_000
 
@@ -137,8 +140,7 @@ def _copy_field(value: str) -> str:
 def _copy_items(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]) -> None:
     """Postgres COPY, in the session's transaction: 100k items in ~1 s where executemany took ~5 s."""
     encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-    dbapi = session.connection().connection.dbapi_connection
-    assert dbapi is not None
+    dbapi = cast("psycopg.Connection[Any]", session.connection().connection.dbapi_connection)
     jid = str(job_id)
     with dbapi.cursor() as cursor, cursor.copy(_COPY_ITEMS) as copy:
         chunk: list[str] = []

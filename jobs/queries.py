@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,3 +103,41 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
             )
         )
     return out
+
+
+def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+    """Failed and skipped items in input order, with what support needs: error and request ids.
+
+    The caller has already resolved `job` through `get_job`, which scopes it to the tenant.
+    """
+    rows = session.execute(
+        select(
+            Item.position,
+            Item.custom_id,
+            Item.mode,
+            Item.stage,
+            Item.status,
+            Item.attempts,
+            Item.error,
+            Item.output,
+        )
+        .where(Item.job_id == job.id, Item.status.in_(("failed", "skipped")))
+        .order_by(Item.position)
+        .execution_options(yield_per=2_000)
+    )
+    try:
+        for position, custom_id, mode, stage, status, attempts, error, output in rows:
+            o = output or {}
+            request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
+            yield {
+                "custom_id": custom_id,
+                "mode": mode,
+                "stage": stage,
+                "position": position,
+                "status": status,
+                "error": error,
+                "attempts": attempts,
+                "request_ids": request_ids,
+            }
+    finally:
+        rows.close()  # a stream closed mid-way must not leave the server-side cursor open

@@ -17,12 +17,12 @@ from checks.options import OptionsError
 from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.intake import create_job, find_idempotent
-from jobs.queries import get_job, list_jobs, lookup_request
+from jobs.queries import get_job, iter_unsuccessful_items, list_jobs, lookup_request
 from models import JOB_KINDS, JOB_STATUSES, Job
 from web.auth import current_tenant, require_tenant
 from web.body import check_declared_length, iter_body_lines, read_json_body
 from web.errors import UNSUPPORTED_MEDIA, ApiError, conflict, invalid, not_found
-from web.exports import RESULT_ITERATORS, claims_csv, iter_unsuccessful_items, ndjson_lines, stream_job
+from web.exports import RESULT_ITERATORS, claims_csv, ndjson_lines, stream_job
 from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings

@@ -48,7 +48,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
         settings=settings,
         engine=engine,
         sessions=make_session_factory(engine),
-        celery=celery if celery is not None else make_celery(settings),
+        celery=celery if celery is not None else make_celery(settings, with_tasks=False),
         redis=redis,
     )
     app.teardown_appcontext(close_db_session)

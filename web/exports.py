@@ -17,11 +17,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.claims import iter_claim_results
-from models import Item, Job
+from models import Job
 
 ResultIterator = Callable[[Session, Job], Iterator[dict[str, Any]]]
 Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
@@ -68,44 +67,6 @@ def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
                 )
             )
         yield flush()
-
-
-def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, Any]]:
-    """Failed and skipped items in input order, with what support needs: error and request ids.
-
-    Belongs in jobs/queries.py (a tenant-scoped read); kept here until the lead moves it.
-    """
-    rows = session.execute(
-        select(
-            Item.position,
-            Item.custom_id,
-            Item.mode,
-            Item.stage,
-            Item.status,
-            Item.attempts,
-            Item.error,
-            Item.output,
-        )
-        .where(Item.job_id == job.id, Item.status.in_(("failed", "skipped")))
-        .order_by(Item.position)
-        .execution_options(yield_per=2_000)
-    )
-    try:
-        for position, custom_id, mode, stage, status, attempts, error, output in rows:
-            o = output or {}
-            request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
-            yield {
-                "custom_id": custom_id,
-                "mode": mode,
-                "stage": stage,
-                "position": position,
-                "status": status,
-                "error": error,
-                "attempts": attempts,
-                "request_ids": request_ids,
-            }
-    finally:
-        rows.close()  # a stream closed mid-way must not leave the server-side cursor open
 
 
 def stream_job(

@@ -59,12 +59,17 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return conf
 
 
-def make_celery(settings: Settings) -> Celery:
-    """A Celery app for these settings, with factgate's tasks registered."""
+def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
+    """A Celery app for these settings.
+
+    Workers register factgate's tasks; producers (the web process, the CLI client) pass
+    `with_tasks=False` and enqueue by task name, so they never import worker code.
+    """
     app = Celery("factgate")
     app.conf.update(celery_config(settings))
     app.conf.factgate_settings = settings
-    app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
+    if with_tasks:
+        app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
     return app
 
 

@@ -24,13 +24,15 @@ import redis as redis_lib
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+import migrations
 from checks import claims as claim_rules
 from checks.options import parse_claims_options
 from config import Settings
 from jobs.claims import claim_units
 from jobs.intake import create_job
 from jobs.tenancy import get_or_create_tenant
-from models import Job, make_session_factory, session_scope
+from models import Job, make_engine, make_session_factory, session_scope
+from tests.services import create_pg_database, drop_pg_database, unavailable
 from workers.api import enqueue_start
 from workers.app import make_celery
 
@@ -105,7 +107,7 @@ class Stack:
             argv += ["-B", "--schedule", str(self.tmp / f"beat{n}.db")]
         env = {**os.environ, **self.env, **(extra_env or {})}
         with log.open("wb") as fh:
-            proc = subprocess.Popen(  # noqa: S603 - fixed argv
+            proc = subprocess.Popen(
                 argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
             )
         worker = WorkerProc(proc, log)
@@ -147,6 +149,23 @@ class Stack:
 
 def load_reference_claims(data_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (data_dir / "claims.jsonl").read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def fresh_database() -> Iterator[tuple[str, Engine]]:
+    """A database of its own for one queue test: a worker's sweeper then sees only that test's jobs."""
+    try:
+        url = create_pg_database("factgate_queue")
+    except Exception as exc:
+        unavailable("PostgreSQL", exc)
+        raise
+    engine = make_engine(url)
+    try:
+        migrations.upgrade(url)
+        yield url, engine
+    finally:
+        engine.dispose()
+        drop_pg_database(url)
 
 
 @contextmanager

@@ -16,7 +16,9 @@ TRICKY = 'tab\there, newline\nthere, back\\slash \\N, quote " and ünïcode ✓'
 
 def _units(texts: list[str]) -> list[UnitSpec]:
     return [
-        UnitSpec(stage="claim", custom_id=f"c{i}", mode="ungrounded", input={"claim": t}, dedupe_key=dedupe_key(t))
+        UnitSpec(
+            stage="claim", custom_id=f"c{i}", mode="ungrounded", input={"claim": t}, dedupe_key=dedupe_key(t)
+        )
         for i, t in enumerate(texts)
     ]
 

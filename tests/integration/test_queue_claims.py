@@ -18,7 +18,7 @@ from models import ApiCall, Item
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
 from tests.conftest import DATA
-from tests.integration.stack import Stack, load_reference_claims, running_stack
+from tests.integration.stack import Stack, fresh_database, load_reference_claims, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,10 +42,18 @@ def _calls_per_item(engine: Engine, job_id: object) -> dict[int, int]:
 
 
 @pytest.fixture
-def stack(pg_url: str, pg_engine: Engine, tmp_path: Path) -> Iterator[Stack]:
+def queue_db() -> Iterator[tuple[str, Engine]]:
+    """A fresh database per test, so no other test's jobs reach this test's workers."""
+    with fresh_database() as db:
+        yield db
+
+
+@pytest.fixture
+def stack(queue_db: tuple[str, Engine], tmp_path: Path) -> Iterator[Stack]:
+    url, engine = queue_db
     with (
         run_in_thread(SimConfig(decisions_rps=0)) as sim,
-        running_stack(pg_url, pg_engine, sim.base_url, tmp_path) as st,
+        running_stack(url, engine, sim.base_url, tmp_path) as st,
     ):
         yield st
 
@@ -114,8 +122,9 @@ def test_same_item_delivered_twice_stores_one_result(
 
 
 def test_worker_killed_mid_job_then_another_completes_it(
-    pg_url: str, pg_engine: Engine, tmp_path: Path, reference: list[dict[str, object]]
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
+    pg_url, pg_engine = queue_db
     # Upstream latency keeps items in flight long enough to kill the worker mid-job.
     with (
         run_in_thread(SimConfig(decisions_rps=0, latency_s=0.4)) as sim,
@@ -144,8 +153,9 @@ def test_worker_killed_mid_job_then_another_completes_it(
 
 
 def test_redis_flushed_mid_job_sweeper_recovers(
-    pg_url: str, pg_engine: Engine, tmp_path: Path, reference: list[dict[str, object]]
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
+    pg_url, pg_engine = queue_db
     with (
         run_in_thread(SimConfig(decisions_rps=0, latency_s=0.2)) as sim,
         running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="4") as stack,
@@ -165,8 +175,9 @@ def test_redis_flushed_mid_job_sweeper_recovers(
 
 
 def test_429_storm_pauses_workers_and_job_completes(
-    pg_url: str, pg_engine: Engine, tmp_path: Path, reference: list[dict[str, object]]
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
+    pg_url, pg_engine = queue_db
     # The upstream allows 4/s while our limiter believes 10/s: 429s follow, every worker pauses.
     with (
         run_in_thread(SimConfig(decisions_rps=4)) as sim,
@@ -183,8 +194,9 @@ def test_429_storm_pauses_workers_and_job_completes(
 
 
 def test_malformed_bodies_and_5xx_bursts(
-    pg_url: str, pg_engine: Engine, tmp_path: Path, reference: list[dict[str, object]]
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
+    pg_url, pg_engine = queue_db
     sim_cfg = SimConfig(
         decisions_rps=0, fault_rate=0.35, faults=("malformed_json", "bad_probability", "503", "500"), seed=7
     )
