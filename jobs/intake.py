@@ -12,7 +12,7 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import insert, select, update
@@ -74,6 +74,12 @@ def create_job(
     existing = find_idempotent(session, tenant_id, idempotency_key)
     if existing is not None:
         return existing, False
+    # Only repeated requests keep a dedupe key: settling an item then never looks for duplicates
+    # that cannot exist.
+    counts = Counter(u.dedupe_key for u in units if u.dedupe_key is not None)
+    units = [
+        u if u.dedupe_key is None or counts[u.dedupe_key] > 1 else replace(u, dedupe_key=None) for u in units
+    ]
     now = utcnow()
     job = Job(
         tenant_id=tenant_id,

@@ -9,11 +9,12 @@ session (the caller commits).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from jobs.records import CallRow, ClaimedItem
@@ -22,40 +23,50 @@ from models import ApiCall, Item, Job, utcnow
 CANCELLED_ERROR = "job cancelled"
 
 
+# Job id -> (tenant id, options). Both are fixed at intake, so a worker reads them once per job.
+_JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}
+_JOB_STATIC_MAX = 1_024
+_LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling", "cancelled")))
+
+
+def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
+    hit = _JOB_STATIC.get(job_id)
+    if hit is None:
+        tenant_id, options = session.execute(select(Job.tenant_id, Job.options).where(Job.id == job_id)).one()
+        if len(_JOB_STATIC) >= _JOB_STATIC_MAX:
+            _JOB_STATIC.clear()
+        hit = _JOB_STATIC[job_id] = (tenant_id, options)
+    return hit
+
+
 def claim_item(session: Session, item_id: int, lease_s: float) -> ClaimedItem | None:
     """Take a pending item for this worker, or None if it is not pending (already done, running, ...).
 
+    One conditional UPDATE does the claim (this runs once per upstream request, so round trips count).
     An item of a job that is being cancelled is skipped instead of claimed.
     """
-    row = session.execute(
-        select(Item.job_id, Job.status, Job.tenant_id, Job.options)
-        .join(Job, Job.id == Item.job_id)
-        .where(Item.id == item_id)
-    ).first()
-    if row is None:
-        return None
-    job_id, job_status, tenant_id, options = row
     now = utcnow()
-    if job_status in ("cancelling", "cancelled"):
-        session.execute(
-            update(Item)
-            .where(Item.id == item_id, Item.status == "pending")
-            .values(status="skipped", error=CANCELLED_ERROR, finished_at=now)
-        )
-        return None
     claimed = session.execute(
         update(Item)
-        .where(Item.id == item_id, Item.status == "pending")
+        .where(Item.id == item_id, Item.status == "pending", _LIVE_JOB)
         .values(
             status="running",
             attempts=Item.attempts + 1,
             lease_until=now + timedelta(seconds=lease_s),
         )
-        .returning(Item.attempts, Item.stage, Item.mode, Item.custom_id, Item.input, Item.dedupe_key)
+        .returning(
+            Item.job_id, Item.attempts, Item.stage, Item.mode, Item.custom_id, Item.input, Item.dedupe_key
+        )
     ).first()
     if claimed is None:
+        session.execute(
+            update(Item)
+            .where(Item.id == item_id, Item.status == "pending", ~_LIVE_JOB)
+            .values(status="skipped", error=CANCELLED_ERROR, finished_at=now)
+        )
         return None
-    attempts, stage, mode, custom_id, input_, dedupe_key = claimed
+    job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
+    tenant_id, options = _job_static(session, job_id)
     return ClaimedItem(
         id=item_id,
         job_id=job_id,
