@@ -106,3 +106,41 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         contradicted_max=contradicted_max,
         budget_usd=budget,
     )
+
+
+# --- answer and quote jobs -----------------------------------------------------------------------------
+
+QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd"})
+
+
+@dataclass(frozen=True)
+class QuestionsOptions:
+    """Options of an `answer` or `quote` job: the Decisions model and an optional budget.
+
+    The cutoffs of both checks (label cutoffs, COMPARE_MIN / QUOTE_MIN) are fixed by SPEC §3-§4 and are
+    not options: the recorded reference outcomes were measured with them.
+    """
+
+    model: str = DEFAULT_MODEL
+    budget_usd: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
+    """Validate `answer`/`quote` options; raises OptionsError naming the first bad option."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise OptionsError("options", "must be an object")
+    unknown = sorted(set(raw) - QUESTIONS_OPTION_NAMES)
+    if unknown:
+        allowed = ", ".join(sorted(QUESTIONS_OPTION_NAMES))
+        raise OptionsError(unknown[0], f"unknown option (allowed: {allowed})")
+    model = raw.get("model") or DEFAULT_MODEL
+    if not isinstance(model, str) or model not in KNOWN_MODELS:
+        raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
+    budget = _number(raw, "budget_usd", None)
+    if budget is not None and budget <= 0:
+        raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    return QuestionsOptions(model=model, budget_usd=budget)

@@ -1,4 +1,7 @@
-"""factgate: settings, read from the environment in one typed place (imported by every layer but checks/ and clients/)."""
+"""factgate: settings read from the environment in one typed place.
+
+Every layer but checks/ and clients/ imports it.
+"""
 
 from config.settings import Settings
 

@@ -14,6 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from jobs.claims import claims_summary
+from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
 from models import Job, utcnow
@@ -27,7 +28,17 @@ def build_summary(session: Session, job: Job) -> dict[str, Any]:
     """The kind-specific report totals."""
     if job.kind == "claims":
         return claims_summary(session, job)
+    if job.kind in FLOW_KINDS:
+        return questions_summary(session, job)
     return {"kind": job.kind}
+
+
+def ready_to_finalize(session: Session, job: Job) -> bool:
+    """Beyond every item being terminal: answer and quote jobs also need every question's report,
+    which is built after the question's last child settles (jobs/flows.py)."""
+    if job.kind in FLOW_KINDS:
+        return questions_ready(session, job.id)
+    return True
 
 
 def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
@@ -38,7 +49,7 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     if job.status in ENDED:
         return True
     counts = request_counts(session, job_id)
-    if not counts.all_terminal:
+    if not counts.all_terminal or not ready_to_finalize(session, job):
         return False
     now = utcnow()
     cancelling = job.status == "cancelling"

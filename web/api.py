@@ -191,6 +191,11 @@ def job_results(job_id: str) -> Response:
     if iterator is None:
         raise conflict(f"results of {job.kind} jobs are not available yet")
     sessions = resources().sessions
+    if fmt == "csv" and job.kind != "claims":
+        # A report per question does not flatten into rows; NDJSON carries all of it.
+        raise invalid(
+            f"format=csv is available for claims jobs; {job.kind} results are NDJSON", field="format"
+        )
     if fmt == "csv":
         resp = Response(stream_job(sessions, job.id, iterator, claims_csv), mimetype="text/csv")
         resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'

@@ -20,13 +20,18 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.claims import iter_claim_results
+from jobs.flows import iter_question_results
 from models import Job
 
 ResultIterator = Callable[[Session, Job], Iterator[dict[str, Any]]]
 Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
 
 # Per kind: one dict per submitted row. Kinds without an entry have no results export yet.
-RESULT_ITERATORS: dict[str, ResultIterator] = {"claims": iter_claim_results}
+RESULT_ITERATORS: dict[str, ResultIterator] = {
+    "claims": iter_claim_results,
+    "answer": iter_question_results,  # one line per question with its report
+    "quote": iter_question_results,
+}
 
 CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error")
 

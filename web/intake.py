@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checks import claims as claim_rules
-from checks.options import OptionsError, parse_claims_options
+from checks import questions as question_rules
+from checks.options import OptionsError, parse_claims_options, parse_questions_options
 from config import Settings
 from jobs.claims import claim_units
+from jobs.flows import question_units
 from jobs.intake import UnitSpec
 from web.errors import invalid
 
@@ -31,8 +33,8 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200  # the column's width
 JSON_BODY_FIELDS = ("kind", "options", "items", "metadata")
 # Query parameters of an NDJSON submission that are not job options.
 NDJSON_META_PARAMS = ("kind", "metadata")
-# Kinds the data model knows but intake does not take yet (SPEC §3, §4).
-PLANNED_KINDS = ("answer", "quote")
+# Kinds the data model knows but intake does not take yet.
+PLANNED_KINDS: tuple[str, ...] = ()
 _FIRST_ON_ITEM = re.compile(r"first on item (\d+)")
 
 
@@ -141,7 +143,41 @@ class ClaimsIntake:
         return self._units(options, rows)
 
 
-KINDS: dict[str, KindIntake] = {"claims": ClaimsIntake()}
+# --- the answer and quote kinds -------------------------------------------------------------------------
+
+
+class QuestionsIntake:
+    """`answer` and `quote`: one row per question (SPEC §3, §4), one `question` item each."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def parse_options(self, raw: Mapping[str, Any]) -> Any:
+        return parse_questions_options(raw)
+
+    def _units(self, options: Any, rows: list[question_rules.QuestionRow]) -> PreparedRows:
+        return PreparedRows(options=options.as_dict(), units=question_units(rows, self.kind), warnings=[])
+
+    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
+        try:
+            rows = question_rules.parse_question_lines(lines, max_rows=settings.max_rows_per_job)
+        except question_rules.QuestionsValidationError as exc:
+            raise rows_error(exc, json_items=False) from None
+        return self._units(options, rows)
+
+    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
+        try:
+            rows = question_rules.validate_question_rows(items, max_rows=settings.max_rows_per_job)
+        except question_rules.QuestionsValidationError as exc:
+            raise rows_error(exc, json_items=True) from None
+        return self._units(options, rows)
+
+
+KINDS: dict[str, KindIntake] = {
+    "claims": ClaimsIntake(),
+    "answer": QuestionsIntake("answer"),
+    "quote": QuestionsIntake("quote"),
+}
 
 
 def intake_for(kind: object, *, field: str = "kind") -> tuple[str, KindIntake]:

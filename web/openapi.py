@@ -12,6 +12,7 @@ from typing import Any
 from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX_ID_CHARS, SUPPORTED_MIN
 from checks.options import CLAIMS_MODES
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from models import JOB_KINDS, JOB_STATUSES
 from web.errors import ERROR_TYPES
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
@@ -165,6 +166,43 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "QuestionRow": {
+        "type": "object",
+        "description": "One question of an `answer` or `quote` job.",
+        "required": ["id", "question"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {
+                "type": "string",
+                "maxLength": MAX_QUESTION_ID_CHARS,
+                "description": "Unique in the batch; comes back as `custom_id`.",
+            },
+            "question": {
+                "type": "string",
+                "minLength": 1,
+                "description": f"The question (at most {MAX_QUESTION_BYTES} bytes of UTF-8).",
+            },
+        },
+    },
+    "QuestionsOptions": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "Options of an `answer` or `quote` job. The cutoffs of both checks are fixed "
+        "(SPEC §3-§4) and are not options.",
+        "properties": {
+            "model": {
+                "type": "string",
+                "enum": sorted(KNOWN_MODELS),
+                "default": DEFAULT_MODEL,
+                "description": "The Decisions model that scores sentences / ranks results.",
+            },
+            "budget_usd": {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "description": "Stop sending once this much has been spent; remaining items are skipped.",
+            },
+        },
+    },
     "JobSubmission": {
         "type": "object",
         "required": ["kind", "items"],
@@ -173,11 +211,14 @@ SCHEMAS: dict[str, Any] = {
             "kind": {
                 "type": "string",
                 "enum": list(JOB_KINDS),
-                "description": "Only `claims` is accepted today; `answer` and `quote` answer 400 "
-                "(not supported yet).",
+                "description": "`claims` (rows: `ClaimRow`), `answer` or `quote` (rows: `QuestionRow`).",
             },
-            "options": _ref("ClaimsOptions"),
-            "items": {"type": "array", "minItems": 1, "items": _ref("ClaimRow")},
+            "options": {"oneOf": [_ref("ClaimsOptions"), _ref("QuestionsOptions")]},
+            "items": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
+            },
             "metadata": _ref("Metadata"),
         },
     },
@@ -187,7 +228,8 @@ SCHEMAS: dict[str, Any] = {
     },
     "RequestCounts": {
         "type": "object",
-        "description": "Items by status. An item is one claim in one mode.",
+        "description": "Items by status. An item is one claim in one mode, or one question, sentence, "
+        "investigation, search result or compare request of an answer/quote job.",
         "properties": {
             name: {"type": "integer", "minimum": 0}
             for name in ("total", "completed", "failed", "skipped", "pending", "running")
@@ -245,7 +287,9 @@ SCHEMAS: dict[str, Any] = {
             "error": {"type": ["string", "null"]},
             "summary": {
                 "type": ["object", "null"],
-                "description": "Report totals (claims: the scorecard per mode), written when the job ends.",
+                "description": "Report totals, written when the job ends. claims: the scorecard per mode; "
+                "answer/quote: question outcomes and totals (sentences, investigations, replacements, "
+                "requests, tokens / quotes and no-answers).",
             },
             "links": {
                 "type": "object",
@@ -293,6 +337,43 @@ SCHEMAS: dict[str, Any] = {
                         "error": {"type": ["string", "null"]},
                     },
                 },
+            },
+        },
+    },
+    "QuestionResult": {
+        "type": "object",
+        "description": "One NDJSON line of GET /v1/jobs/{job_id}/results for an answer or quote job: one "
+        "question with its report (null until the question is finished).",
+        "properties": {
+            "custom_id": {"type": "string"},
+            "question": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["pending", "running", "done", "failed", "skipped"],
+                "description": "The question item's status (its first upstream call).",
+            },
+            "outcome": {
+                "type": ["string", "null"],
+                "description": "The report's status. answer: done, failed, skipped, incomplete; quote: "
+                "quoted, no_answer, failed, skipped, incomplete.",
+            },
+            "final_answer": {
+                "type": ["string", "null"],
+                "description": "answer only: the answer after review, citations renumbered by URL.",
+            },
+            "quote": {
+                "type": ["object", "null"],
+                "description": "quote only: the quoted sentence and source.",
+            },
+            "closest": {
+                "type": ["object", "null"],
+                "description": "quote only: the closest candidate when no result answers.",
+            },
+            "request_ids": {"description": "Every upstream request id of the question."},
+            "report": {
+                "type": ["object", "null"],
+                "description": "The full report: every scored sentence with its passages and probabilities "
+                "(answer), every result, rank and compare probability and the run record (quote).",
             },
         },
     },
@@ -389,7 +470,7 @@ NDJSON_QUERY_PARAMS = [
     {
         "name": "model",
         "in": "query",
-        "description": "claims option (NDJSON only)",
+        "description": "claims, answer and quote option (NDJSON only)",
         "schema": {"type": "string", "enum": sorted(KNOWN_MODELS)},
     },
     {
@@ -403,7 +484,7 @@ NDJSON_QUERY_PARAMS = [
     {
         "name": "budget_usd",
         "in": "query",
-        "description": "claims option (NDJSON only)",
+        "description": "claims, answer and quote option (NDJSON only)",
         "schema": {"type": "number", "exclusiveMinimum": 0},
     },
     {
@@ -421,7 +502,8 @@ PATHS: dict[str, Any] = {
             "summary": "Submit a batch",
             "description": (
                 "Validates the whole batch first; any problem rejects it whole and nothing is stored. "
-                "Send JSON (`JobSubmission`) or NDJSON (`application/x-ndjson`, one `ClaimRow` per line, "
+                "Send JSON (`JobSubmission`) or NDJSON (`application/x-ndjson`, one row per line: `ClaimRow` "
+                "for claims, `QuestionRow` for answer and quote; "
                 "kind/options/metadata as query parameters; blank lines are skipped but counted). "
                 "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB, the body by FACTGATE_MAX_BODY_BYTES "
                 "(413, checked against Content-Length and again while reading). Unknown query parameters "
@@ -445,7 +527,10 @@ PATHS: dict[str, Any] = {
                 "required": True,
                 "content": {
                     "application/json": {"schema": _ref("JobSubmission")},
-                    NDJSON: {"schema": _ref("ClaimRow"), "description": "One ClaimRow per line."},
+                    NDJSON: {
+                        "schema": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
+                        "description": "One row per line.",
+                    },
                 },
             },
             "responses": {
@@ -455,7 +540,7 @@ PATHS: dict[str, Any] = {
                     "Invalid submission: not JSON, bad NDJSON line (named by `line`), bad item (named "
                     "`items[i]`), missing field, label not boolean, duplicate id, over-long claim, too many "
                     "rows, empty batch, bad option (named `options.x` or the query parameter), bad metadata, "
-                    "unknown kind or a kind not supported yet. `errors` lists every row problem."
+                    "unknown kind. `errors` lists every row problem."
                 ),
                 "401": UNAUTHORIZED,
                 "413": _error("Body larger than FACTGATE_MAX_BODY_BYTES."),
@@ -498,7 +583,8 @@ PATHS: dict[str, Any] = {
             "summary": "Results, streamed in input order",
             "description": (
                 "Streams whatever exists: while the job runs, unfinished claims appear with status "
-                "`pending`/`running` and no verdict (no 409). NDJSON: one `ClaimResult` per claim. "
+                "`pending`/`running` and no verdict (no 409). NDJSON: one `ClaimResult` per claim; for "
+                "answer and quote jobs one `QuestionResult` per question. "
                 "CSV (`?format=csv`, sent as an attachment): one row per claim per mode with columns "
                 "custom_id, mode, status, p, verdict, label, request_id, error."
             ),
@@ -515,7 +601,7 @@ PATHS: dict[str, Any] = {
                     "description": "The results.",
                     "headers": JOB_STATUS_HEADER,
                     "content": {
-                        NDJSON: {"schema": _ref("ClaimResult")},
+                        NDJSON: {"schema": {"oneOf": [_ref("ClaimResult"), _ref("QuestionResult")]}},
                         "text/csv": {"schema": {"type": "string"}},
                     },
                 },

@@ -26,9 +26,11 @@ from sqlalchemy.orm import Session
 
 import migrations
 from checks import claims as claim_rules
-from checks.options import parse_claims_options
+from checks.options import parse_claims_options, parse_questions_options
+from checks.questions import validate_question_rows
 from config import Settings
 from jobs.claims import claim_units
+from jobs.flows import question_units
 from jobs.intake import create_job
 from jobs.tenancy import get_or_create_tenant
 from models import Job, make_engine, make_session_factory, session_scope
@@ -133,6 +135,38 @@ class Stack:
         enqueue_start(celery, job_id)
         celery.close()
         return job_id
+
+    def submit_questions(
+        self,
+        kind: str,
+        rows: Sequence[dict[str, Any]],
+        options: dict[str, Any] | None = None,
+        tenant: str = "acme",
+    ) -> uuid.UUID:
+        """Validate, store and enqueue an `answer` or `quote` job the way the intake API does."""
+        parsed = validate_question_rows(list(rows), max_rows=100_000)
+        opts = parse_questions_options(options or {})
+        factory = make_session_factory(self.engine)
+        with session_scope(factory) as session:
+            t = get_or_create_tenant(session, tenant)
+            job, _ = create_job(
+                session, tenant_id=t.id, kind=kind, options=opts.as_dict(), units=question_units(parsed, kind)
+            )
+            job_id = job.id
+        celery = make_celery(self.settings)
+        enqueue_start(celery, job_id)
+        celery.close()
+        return job_id
+
+    def submit_answer(
+        self, rows: Sequence[dict[str, Any]], options: dict[str, Any] | None = None
+    ) -> uuid.UUID:
+        return self.submit_questions("answer", rows, options)
+
+    def submit_quote(
+        self, rows: Sequence[dict[str, Any]], options: dict[str, Any] | None = None
+    ) -> uuid.UUID:
+        return self.submit_questions("quote", rows, options)
 
     def wait_job(self, job_id: uuid.UUID, timeout: float = 120.0) -> Job:
         deadline = time.monotonic() + timeout

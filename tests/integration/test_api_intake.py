@@ -356,8 +356,9 @@ def test_not_json_error_names_the_line(web: WebEnv, caller: Caller) -> None:
         ({"items": ROWS}, "kind", "kind is required"),
         ({"kind": "nonsense", "items": ROWS}, "kind", "unknown kind"),
         ({"kind": 7, "items": ROWS}, "kind", "must be a string"),
-        ({"kind": "answer", "items": ROWS}, "kind", "kind answer is not supported yet"),
-        ({"kind": "quote", "items": ROWS}, "kind", "kind quote is not supported yet"),
+        # Claim rows sent as another kind are validated as that kind's rows, and named.
+        ({"kind": "answer", "items": ROWS}, "items[0].claim", "unknown field"),
+        ({"kind": "quote", "items": ROWS}, "items[0].claim", "unknown field"),
     ],
 )
 def test_bad_submission_shape_is_400_naming_the_field(
@@ -617,7 +618,7 @@ def test_metadata_just_under_the_limit_is_kept(web: WebEnv, caller: Caller) -> N
     ("query", "field", "needle"),
     [
         ("mode=grounded", "kind", "kind is required"),
-        ("kind=answer", "kind", "kind answer is not supported yet"),
+        ("kind=answer", "claim", "unknown field"),  # claim rows are not question rows
         ("kind=poems", "kind", "unknown kind"),
     ],
 )

@@ -1,0 +1,201 @@
+"""Input rows of `answer` and `quote` jobs: one question per row, `{"id": "q1", "question": "..."}`.
+
+Validated all or nothing, like claims (SPEC §2's rule carries over): every bad row is named by its line
+(NDJSON) or item (JSON array) and a batch with any bad row stores nothing. Problems are `RowError`s in a
+`QuestionsValidationError`, a `ClaimsValidationError`, so the intake API reports them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Final, NamedTuple
+
+from checks.claims import ClaimsValidationError, RowError, Unit
+
+__all__ = [
+    "ALLOWED_FIELDS",
+    "DEFAULT_MAX_QUESTIONS",
+    "MAX_ERRORS_KEPT",
+    "MAX_QUESTION_BYTES",
+    "MAX_QUESTION_ID_CHARS",
+    "QuestionRow",
+    "QuestionsValidationError",
+    "parse_question_lines",
+    "validate_question_rows",
+]
+
+ALLOWED_FIELDS: Final = ("id", "question")
+MAX_QUESTION_BYTES: Final = 2_000
+# Child items get ids like "<id>:s12" or "<id>:compare" in a 200-character column; 160 leaves room.
+MAX_QUESTION_ID_CHARS: Final = 160
+DEFAULT_MAX_QUESTIONS: Final = 10_000
+MAX_ERRORS_KEPT: Final = 100
+
+
+class QuestionRow(NamedTuple):
+    id: str
+    question: str
+
+
+class QuestionsValidationError(ClaimsValidationError):
+    """The batch of questions is rejected whole; `errors` name each bad row."""
+
+
+def _show(value: object) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _text_problem(value: str) -> str | None:
+    """What Postgres or JSON cannot store: NUL, unpaired surrogates."""
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it holds an unpaired surrogate escape)"
+    return None
+
+
+class _Checker:
+    def __init__(self, *, max_rows: int, unit: Unit) -> None:
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
+        self.max_rows = max_rows
+        self.unit: Unit = unit
+        self.rows: list[QuestionRow] = []
+        self.errors: list[RowError] = []
+        self.more = 0
+        self.seen: dict[str, int] = {}
+        self.count = 0
+
+    def fail(self, line: int | None, field: str | None, message: str) -> None:
+        if len(self.errors) < MAX_ERRORS_KEPT:
+            self.errors.append(RowError(line, field, message, self.unit))
+        else:
+            self.more += 1
+
+    def over_limit(self, line: int) -> bool:
+        self.count += 1
+        if self.count > self.max_rows:
+            self.fail(line, None, f"too many questions: the limit is {self.max_rows:,} per batch")
+            return True
+        return False
+
+    def check(self, line: int, obj: object) -> None:
+        if not isinstance(obj, dict):
+            self.fail(line, None, f"must be a JSON object, got {_show(obj)}")
+            return
+        ok = True
+        for key in obj:
+            if key not in ALLOWED_FIELDS:
+                self.fail(line, str(key), f"unknown field (allowed: {', '.join(ALLOWED_FIELDS)})")
+                ok = False
+        row_id = obj.get("id")
+        good_id: str | None = None
+        if not isinstance(row_id, str):
+            self.fail(
+                line, "id", "is required" if row_id is None else f"must be a string, got {_show(row_id)}"
+            )
+            ok = False
+        elif not row_id.strip():
+            self.fail(line, "id", "must not be empty")
+            ok = False
+        elif problem := _text_problem(row_id):
+            self.fail(line, "id", problem)
+            ok = False
+        elif not row_id.isprintable():
+            self.fail(line, "id", "must not contain control characters")
+            ok = False
+        elif len(row_id) > MAX_QUESTION_ID_CHARS:
+            self.fail(line, "id", f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}")
+            ok = False
+        elif (first := self.seen.get(row_id)) is not None:
+            self.fail(line, "id", f"duplicate id {_show(row_id)} (first on {self.unit} {first})")
+            ok = False
+        else:
+            self.seen[row_id] = line
+            good_id = row_id
+        question = obj.get("question")
+        good_question: str | None = None
+        if not isinstance(question, str):
+            self.fail(
+                line,
+                "question",
+                "is required" if question is None else f"must be a string, got {_show(question)}",
+            )
+            ok = False
+        elif not question.strip():
+            self.fail(line, "question", "must not be empty")
+            ok = False
+        elif problem := _text_problem(question):
+            self.fail(line, "question", problem)
+            ok = False
+        elif (size := len(question.encode("utf-8"))) > MAX_QUESTION_BYTES:
+            self.fail(line, "question", f"is {size:,} bytes, over the limit of {MAX_QUESTION_BYTES:,}")
+            ok = False
+        else:
+            good_question = question
+        if ok and not self.errors and good_id is not None and good_question is not None:
+            self.rows.append(QuestionRow(good_id, good_question))
+
+    def result(self) -> list[QuestionRow]:
+        if self.count == 0 and not self.errors:
+            self.fail(None, None, "no questions")
+        if self.errors:
+            raise QuestionsValidationError(self.errors, self.more)
+        return self.rows
+
+
+def parse_question_lines(
+    lines: Iterable[str | bytes], *, max_rows: int = DEFAULT_MAX_QUESTIONS
+) -> list[QuestionRow]:
+    """Validate an NDJSON batch of questions, all or nothing (1-based lines; blank lines skipped but
+    counted; a byte-order mark on line 1 ignored). Raises QuestionsValidationError."""
+    checker = _Checker(max_rows=max_rows, unit="line")
+    decode = json.JSONDecoder().decode
+    for number, raw in enumerate(lines, 1):
+        if isinstance(raw, bytes):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                if checker.over_limit(number):
+                    break
+                checker.fail(number, None, f"is not valid UTF-8 (byte {error.start + 1})")
+                continue
+        else:
+            text = raw
+        if number == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        if not text.strip():
+            continue
+        if checker.over_limit(number):
+            break
+        try:
+            obj = decode(text)
+        except json.JSONDecodeError as error:
+            checker.fail(number, None, f"is not valid JSON: {error.msg} at column {error.colno}")
+            continue
+        except RecursionError:
+            checker.fail(number, None, "is not valid JSON here: nested too deeply")
+            continue
+        checker.check(number, obj)
+    return checker.result()
+
+
+def validate_question_rows(
+    objs: Sequence[object], *, max_rows: int = DEFAULT_MAX_QUESTIONS, unit: Unit = "item"
+) -> list[QuestionRow]:
+    """Validate already-parsed rows (a JSON array), all or nothing; errors name `item N` (1-based)."""
+    checker = _Checker(max_rows=max_rows, unit=unit)
+    if len(objs) > max_rows:
+        checker.fail(None, None, f"too many questions: {len(objs):,}, the limit is {max_rows:,} per batch")
+        return checker.result()
+    for number, obj in enumerate(objs, 1):
+        checker.count += 1
+        checker.check(number, obj)
+    return checker.result()

@@ -1,0 +1,288 @@
+"""The stage machine of `answer` and `quote` jobs: a question item, its children, then its report.
+
+answer: question (Agent call) → `sentence` children → `investigation` children for the first flagged
+sentences → report. quote: question (Search call) → `result` children → one `compare` child when some
+candidate qualifies → report.
+
+`advance_question` is the only way a question moves on, and it reads nothing but the database: when the
+question and all its children are settled it either creates the next stage's children or builds the
+report. It is idempotent (the question row is locked, and a report that matches the children it was
+built from is not rebuilt), so chord bodies, the sweeper and a retry may all call it. Children are
+created with `enqueued_at` set, in the transaction of the caller (which sends them right after commit),
+so the job never looks finished in between and a window dispatch does not send them twice.
+
+A report is stored on the question item (`output["report"]`) with a marker: the count of its children
+by status when it was built (`output["children"]`). A report whose marker no longer matches (a child was
+retried) is stale and is built again; a job is ready to finalize only when every question has a
+current report.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from checks.questions import QuestionRow
+from jobs import answers, quotes
+from jobs.intake import UnitSpec
+from models import ITEM_TERMINAL_STATUSES, Item, Job, utcnow
+
+log = logging.getLogger("factgate.jobs")
+
+QUESTION = "question"
+FLOW_KINDS = ("answer", "quote")
+SPAWNING_JOB_STATUSES = ("queued", "in_progress")  # a cancelling job creates no new work
+ADVANCING_JOB_STATUSES = (*SPAWNING_JOB_STATUSES, "cancelling")  # ...but still gets its reports
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What a kind plugs into the stage machine (pure functions over stored items)."""
+
+    plan: Callable[[Job, Item, Sequence[Item]], list[UnitSpec]]
+    build_report: Callable[..., dict[str, Any]]
+    summarize_job: Callable[..., dict[str, Any]]
+    result_line: Callable[..., dict[str, Any]]
+
+
+FLOWS: dict[str, Flow] = {
+    "answer": Flow(answers.plan, answers.build_report, answers.summarize_job, answers.result_line),
+    "quote": Flow(quotes.plan, quotes.build_report, quotes.summarize_job, quotes.result_line),
+}
+
+
+def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
+    """One `question` item per row; custom_id is the caller's id. The kind rides along in the input
+    because both kinds share the `question` stage."""
+    if kind not in FLOWS:
+        raise ValueError(f"{kind!r} is not a question kind (expected one of {', '.join(FLOWS)})")
+    return [
+        UnitSpec(stage=QUESTION, custom_id=row.id, mode="", input={"kind": kind, "question": row.question})
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one `advance_question` call did."""
+
+    job_id: uuid.UUID | None
+    question_id: int
+    spawned: list[int] = field(default_factory=list)  # new children, to send after commit
+    reported: bool = False  # a report was built (the job may be ready to finalize)
+
+
+def _counts(statuses: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[int]:
+    now = utcnow()
+    items = [
+        Item(
+            job_id=question.job_id,
+            parent_id=question.id,
+            stage=u.stage,
+            position=question.position,  # children sort with their question
+            custom_id=u.custom_id,
+            mode=u.mode,
+            input=u.input,
+            status="pending",
+            attempts=0,
+            dedupe_key=u.dedupe_key,
+            enqueued_at=now,
+        )
+        for u in units
+    ]
+    session.add_all(items)
+    session.flush()
+    return [i.id for i in items]
+
+
+def _error_report(job: Job, question: Item, exc: Exception) -> dict[str, Any]:
+    """Stands in when a report cannot be built, so the job still finishes and says why."""
+    return {
+        "kind": job.kind,
+        "question": question.input.get("question"),
+        "status": "failed",
+        "error": f"the report could not be built: {type(exc).__name__}: {exc}",
+        "errors": [],
+        "built_at": utcnow().isoformat(),
+        "summary": {},
+    }
+
+
+def advance_question(session: Session, question_id: int) -> Step:
+    """Move one question on if everything it waits for is settled (see the module docstring)."""
+    question = session.scalar(
+        select(Item).where(Item.id == question_id).with_for_update().execution_options(populate_existing=True)
+    )
+    if question is None or question.parent_id is not None:
+        return Step(None, question_id)
+    job = session.get(Job, question.job_id)
+    flow = FLOWS.get(job.kind) if job is not None else None
+    if job is None or flow is None or job.status not in ADVANCING_JOB_STATUSES:
+        return Step(question.job_id, question_id)
+    if question.status not in ITEM_TERMINAL_STATUSES:
+        return Step(job.id, question_id)
+    children = list(
+        session.scalars(
+            select(Item)
+            .where(Item.parent_id == question.id)
+            .order_by(Item.id)
+            .execution_options(populate_existing=True)
+        )
+    )
+    if any(c.status not in ITEM_TERMINAL_STATUSES for c in children):
+        return Step(job.id, question_id)
+    marker = _counts([c.status for c in children])
+    out = dict(question.output or {})
+    if "report" in out and out.get("children") == marker:
+        return Step(job.id, question_id)  # already current
+    try:
+        units = flow.plan(job, question, children)
+    except Exception:
+        log.exception("planning question %s of job %s failed", question.id, job.id)
+        units = []
+    if units and job.status in SPAWNING_JOB_STATUSES:
+        return Step(job.id, question_id, spawned=_spawn(session, question, units))
+    # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
+    stopped = job.status == "cancelling" and any(c.status == "skipped" for c in children)
+    try:
+        report = flow.build_report(job, question, children, incomplete=bool(units) or stopped)
+    except Exception as exc:
+        log.exception("building the report of question %s of job %s failed", question.id, job.id)
+        report = _error_report(job, question, exc)
+    out.update(
+        report=report, report_status=report.get("status"), summary=report.get("summary"), children=marker
+    )
+    session.execute(update(Item).where(Item.id == question.id).values(output=out))
+    return Step(job.id, question_id, reported=True)
+
+
+# --- which questions wait, and is the job ready -------------------------------------------------------
+
+
+def _child_counts(session: Session, job_id: uuid.UUID) -> dict[int, dict[str, int]]:
+    rows = session.execute(
+        select(Item.parent_id, Item.status, func.count())
+        .where(Item.job_id == job_id, Item.parent_id.is_not(None))
+        .group_by(Item.parent_id, Item.status)
+    )
+    counts: dict[int, dict[str, int]] = {}
+    for parent_id, status, n in rows:
+        counts.setdefault(int(parent_id or 0), {})[str(status)] = int(n)
+    return {k: dict(sorted(v.items())) for k, v in counts.items()}
+
+
+def _question_markers(session: Session, job_id: uuid.UUID) -> Iterator[tuple[int, str, Any]]:
+    rows = session.execute(
+        select(Item.id, Item.status, Item.output["children"])
+        .where(Item.job_id == job_id, Item.parent_id.is_(None))
+        .order_by(Item.position, Item.id)
+        .execution_options(yield_per=5_000)
+    )
+    try:
+        for item_id, status, marker in rows:
+            yield int(item_id), str(status), marker
+    finally:
+        rows.close()
+
+
+def stalled_questions(session: Session, job_id: uuid.UUID) -> list[int]:
+    """Settled questions whose children are all settled but whose report is missing or stale.
+
+    Normally a chord body advances them within moments; when Redis lost that chord (or a message), these
+    are what the sweeper and the window bodies advance instead.
+    """
+    job = session.get(Job, job_id)
+    if job is None or job.kind not in FLOWS:
+        return []
+    counts = _child_counts(session, job_id)
+    stalled: list[int] = []
+    for item_id, status, marker in _question_markers(session, job_id):
+        if status not in ITEM_TERMINAL_STATUSES:
+            continue
+        children = counts.get(item_id, {})
+        if any(s not in ITEM_TERMINAL_STATUSES for s in children):
+            continue
+        if marker != children:
+            stalled.append(item_id)
+    return stalled
+
+
+def questions_ready(session: Session, job_id: uuid.UUID) -> bool:
+    """Every question is settled and has a report built from its current children."""
+    counts = _child_counts(session, job_id)
+    return all(
+        status in ITEM_TERMINAL_STATUSES and marker == counts.get(item_id, {})
+        for item_id, status, marker in _question_markers(session, job_id)
+    )
+
+
+# --- reading reports -----------------------------------------------------------------------------------
+
+
+def _report_rows(session: Session, job: Job, custom_id: str | None = None) -> Iterator[dict[str, Any]]:
+    stmt = (
+        select(Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
+        .where(Item.job_id == job.id, Item.parent_id.is_(None))
+        .order_by(Item.position, Item.id)
+    )
+    if custom_id is not None:
+        stmt = stmt.where(Item.custom_id == custom_id)
+    rows = session.execute(stmt.execution_options(yield_per=500))
+    try:
+        for item_id, cid, input_, status, report in rows:
+            yield {
+                "custom_id": cid,
+                "question": (input_ or {}).get("question"),
+                "item_id": int(item_id),
+                "status": status,
+                "report": report,
+            }
+    finally:
+        rows.close()  # a stream closed mid-way must not leave the server-side cursor open
+
+
+def iter_question_reports(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+    """One entry per question in input order: custom_id, question, item_id, status, report (or None)."""
+    yield from _report_rows(session, job)
+
+
+def get_question_report(session: Session, job: Job, custom_id: str) -> dict[str, Any] | None:
+    """The entry of one question, or None when the job has no such question."""
+    return next(_report_rows(session, job, custom_id), None)
+
+
+def iter_question_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+    """Results export: one line per question with its report (see `Flow.result_line`)."""
+    flow = FLOWS[job.kind]
+    for entry in _report_rows(session, job):
+        yield flow.result_line(entry["custom_id"], entry["question"], entry["status"], entry["report"])
+
+
+def questions_summary(session: Session, job: Job) -> dict[str, Any]:
+    """The job summary of an answer or quote job: report outcomes and totals over its questions."""
+    rows = session.execute(
+        select(Item.output["report_status"], Item.output["summary"])
+        .where(Item.job_id == job.id, Item.parent_id.is_(None))
+        .execution_options(yield_per=5_000)
+    )
+    try:
+        pairs: list[tuple[str | None, Mapping[str, Any] | None]] = [
+            (status if isinstance(status, str) else None, summary if isinstance(summary, dict) else None)
+            for status, summary in rows
+        ]
+    finally:
+        rows.close()
+    return FLOWS[job.kind].summarize_job(pairs)

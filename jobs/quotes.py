@@ -1,0 +1,360 @@
+"""The `quote` job kind's application side (SPEC §4): which items come next for a question, its report
+(with the run record), the job summary and the result lines.
+
+The question item holds the search results and their sentences; `result` children rank one result
+each; one `compare` child runs when some candidate has has_answer ≥ COMPARE_MIN. Every step is replayed
+into a `checks.quotes.QuoteRunRecord`, which applies the cutoffs and keeps every request id, so the
+report is rebuilt from the database alone, also after a failed request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from checks import quotes
+from checks.pricing import DEFAULT_MODEL
+from jobs.intake import UnitSpec
+from models import Item, Job, utcnow
+
+RESULT = "result"
+COMPARE = "compare"
+
+
+def _results(question: Item) -> list[dict[str, Any]]:
+    return list((((question.output or {}).get("search") or {}).get("results")) or [])
+
+
+def _ranked(children: Iterable[Item]) -> list[Item]:
+    return sorted((c for c in children if c.stage == RESULT), key=lambda c: int(c.input["result"]["index"]))
+
+
+def _compare(children: Iterable[Item]) -> Item | None:
+    return next((c for c in children if c.stage == COMPARE), None)
+
+
+def _record(job: Job, question: Item) -> quotes.QuoteRunRecord:
+    record = quotes.QuoteRunRecord(
+        str(question.input["question"]), str(job.options.get("model") or DEFAULT_MODEL)
+    )
+    search = (question.output or {}).get("search") or {}
+    raw = [
+        {"title": r["title"], "url": r["url"], "snippet": r["snippet"], "date": r.get("date")}
+        for r in _results(question)
+    ]
+    record.record_search(raw, request_id=search.get("request_id"))
+    return record
+
+
+def _replay_ranks(record: quotes.QuoteRunRecord, ranked: Sequence[Item], errors: list[str]) -> None:
+    for item in ranked:
+        o = item.output or {}
+        index = int(item.input["result"]["index"])
+        tokens = o.get("input_tokens")
+        if item.status == "done":
+            try:
+                record.record_rank(
+                    index, o.get("answers") or {}, request_id=o.get("request_id"), input_tokens=tokens
+                )
+            except quotes.QuoteAnswerError as exc:
+                errors.append(f"result {index}: {exc}")
+            continue
+        error = item.error or o.get("error") or item.status
+        record.record_rank_failure(index, str(error), request_id=o.get("request_id"), input_tokens=tokens)
+        errors.append(f"result {index} {item.status}: {error}")
+
+
+def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
+    """The items to create next, given every child is settled; empty means: build the report."""
+    if question.status != "done":
+        return []
+    ranked = _ranked(children)
+    record = _record(job, question)
+    if not ranked:
+        return [
+            UnitSpec(
+                stage=RESULT,
+                custom_id=f"{question.custom_id}:r{target.index}",
+                mode=RESULT,
+                input={"question": question.input["question"], "result": target.as_dict()},
+            )
+            for target in record.rank_targets
+        ]
+    if _compare(children) is not None:
+        return []
+    _replay_ranks(record, ranked, [])
+    if record.unranked:
+        return []  # a result never got its item (cannot happen unless the data was edited): report as is
+    pool = quotes.compare_pool(record.candidates, compare_min=record.compare_min)
+    if not pool:
+        return []
+    return [
+        UnitSpec(
+            stage=COMPARE,
+            custom_id=f"{question.custom_id}:compare",
+            mode=COMPARE,
+            input={"question": question.input["question"], "candidates": [c.as_dict() for c in pool]},
+        )
+    ]
+
+
+def _seconds(started_at: object, now: datetime) -> float:
+    if not isinstance(started_at, str):
+        return 0.0
+    try:
+        return max(0.0, (now - datetime.fromisoformat(started_at)).total_seconds())
+    except ValueError:
+        return 0.0
+
+
+def _quote(candidate: quotes.Candidate, compare_request_id: str | None) -> dict[str, Any]:
+    return {
+        "text": candidate.sentence,
+        "title": candidate.title,
+        "url": candidate.url,
+        "date": candidate.date,
+        "result_index": candidate.result_index,
+        "p_answers": candidate.answers,
+        "has_answer": candidate.has_answer,
+        "p_best": candidate.p_best,
+        "confidence": candidate.confidence,
+        "rank_request_id": candidate.request_id,
+        "compare_request_id": compare_request_id if candidate.answers is not None else None,
+    }
+
+
+def empty_summary() -> dict[str, Any]:
+    return {
+        "decisions_requests": 0,
+        "failed_requests": 0,
+        "search_requests": 0,
+        "input_tokens": 0,
+        "seconds": 0.0,
+    }
+
+
+def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
+    """The question's report (shape: /work/briefs/report-shapes.md), from stored items only."""
+    now = utcnow()
+    out = question.output or {}
+    search = out.get("search") or {}
+    model = str(job.options.get("model") or DEFAULT_MODEL)
+    base: dict[str, Any] = {
+        "kind": "quote",
+        "question": question.input.get("question"),
+        "built_at": now.isoformat(),
+        "model": model,
+        "cutoffs": {"compare_min": quotes.COMPARE_MIN, "quote_min": quotes.QUOTE_MIN},
+        "search": {
+            "request_id": search.get("request_id") or out.get("request_id"),
+            "request_ids": list(search.get("request_ids") or out.get("request_ids") or []),
+            "error": None,
+        },
+        "errors": [],
+        "quote": None,
+        "closest": None,
+        "closest_by": None,
+        "compare": None,
+    }
+    if question.status != "done":
+        failure = str(question.error or out.get("error") or question.status)
+        record = quotes.QuoteRunRecord(str(question.input["question"]), model)
+        record.record_search_failure(failure, request_id=base["search"]["request_id"])
+        summary = empty_summary()
+        summary["search_requests"] = 1 if question.status == "failed" else 0
+        base["search"]["error"] = failure
+        return {
+            **base,
+            "status": "skipped" if question.status == "skipped" else "failed",
+            "error": failure,
+            "results": [],
+            "run": record.as_dict(),
+            "summary": summary,
+            "request_ids": list(base["search"]["request_ids"]),
+        }
+
+    errors: list[str] = []
+    record = _record(job, question)
+    ranked = _ranked(children)
+    _replay_ranks(record, ranked, errors)
+    compare_item = _compare(children)
+    status = "incomplete" if incomplete else "no_answer"
+    error: str | None = None
+    compare_ids: list[str] = []
+    compare_request_id: str | None = None
+    if compare_item is not None:
+        o = compare_item.output or {}
+        compare_request_id = o.get("request_id")
+        compare_ids = list(o.get("request_ids") or [])
+        try:
+            if compare_item.status == "done":
+                record.record_compare(
+                    o.get("answers") or {}, request_id=compare_request_id, input_tokens=o.get("input_tokens")
+                )
+            else:
+                failure = str(compare_item.error or o.get("error") or compare_item.status)
+                record.record_compare_failure(
+                    failure, request_id=compare_request_id, input_tokens=o.get("input_tokens")
+                )
+                status, error = "failed", f"compare request {compare_item.status}: {failure}"
+        except (ValueError, quotes.QuoteAnswerError) as exc:
+            status, error = "failed", f"compare answer could not be applied: {exc}"
+            record.record_error(str(error))
+    elif record.unranked:
+        status = "incomplete"  # some result never got its rank item (the job stopped first)
+    elif not incomplete:
+        record.finish()
+    outcome = record.outcome
+    if outcome is not None:
+        status = "quoted" if outcome.quoted else "no_answer"
+        if outcome.answer is not None:
+            base["quote"] = _quote(outcome.answer, compare_request_id)
+        if outcome.closest is not None:
+            base["closest"] = _quote(outcome.closest, compare_request_id)
+            base["closest_by"] = outcome.closest_by
+    run = record.as_dict()
+    base["results"] = _result_rows(record, ranked, compare_item)
+    base["compare"] = _compare_table(compare_item, outcome)
+    totals = run["totals"]
+    return {
+        **base,
+        "status": status,
+        "error": error,
+        "errors": errors,
+        "run": run,
+        "summary": {
+            "decisions_requests": int(totals["decisions_requests"]),
+            "failed_requests": int(totals["failed_requests"]),
+            "search_requests": 1,
+            "input_tokens": int(totals["input_tokens"]),
+            "seconds": round(_seconds(out.get("started_at"), now), 1),
+        },
+        "request_ids": _request_ids(base["search"]["request_ids"], ranked, compare_ids),
+    }
+
+
+def _request_ids(search_ids: Sequence[str], ranked: Sequence[Item], compare_ids: Sequence[str]) -> list[str]:
+    ids = list(search_ids)
+    for item in ranked:
+        ids += list((item.output or {}).get("request_ids") or [])
+    return [i for i in [*ids, *compare_ids] if i]
+
+
+def _result_rows(
+    record: quotes.QuoteRunRecord, ranked: Sequence[Item], compare_item: Item | None
+) -> list[dict[str, Any]]:
+    items = {int(i.input["result"]["index"]): i for i in ranked}
+    candidates = {c.result_index: c for c in record.candidates}
+    compared: set[int] = set()
+    if compare_item is not None:
+        compared = {int(c["result_index"]) for c in compare_item.input.get("candidates") or []}
+    rows: list[dict[str, Any]] = []
+    for result in record.results:
+        item = items.get(result.index)
+        o = (item.output or {}) if item is not None else {}
+        candidate = candidates.get(result.index)
+        rows.append(
+            {
+                "index": result.index,
+                "title": result.title,
+                "url": result.url,
+                "date": result.date,
+                "sentence_count": len(result.sentences),
+                "sentences": list(result.sentences),
+                "status": item.status if item is not None else "not_ranked",
+                "best": None
+                if candidate is None
+                else {"number": candidate.sentence_number, "text": candidate.sentence},
+                "has_answer": None if candidate is None else candidate.has_answer,
+                "p_best": None if candidate is None else candidate.p_best,
+                "confidence": None if candidate is None else candidate.confidence,
+                "probabilities": {} if candidate is None else dict(candidate.probabilities),
+                "request_id": o.get("request_id"),
+                "request_ids": list(o.get("request_ids") or []),
+                "input_tokens": o.get("input_tokens"),
+                "error": None if item is None or item.status == "done" else (item.error or o.get("error")),
+                "compared": result.index in compared,
+            }
+        )
+    return rows
+
+
+def _compare_table(compare_item: Item | None, outcome: quotes.QuoteOutcome | None) -> dict[str, Any] | None:
+    if compare_item is None:
+        return None
+    o = compare_item.output or {}
+    probabilities = o.get("probabilities") if compare_item.status == "done" else None
+    rank: dict[int, int] = {}
+    if outcome is not None:
+        rank = {c.result_index: n for n, c in enumerate(outcome.ordering, start=1)}
+    candidates = []
+    for number, c in enumerate(compare_item.input.get("candidates") or [], start=1):
+        index = int(c["result_index"])
+        candidates.append(
+            {
+                "number": number,
+                "result_index": index,
+                "title": c.get("title"),
+                "url": c.get("url"),
+                "sentence": c.get("sentence"),
+                "has_answer": c.get("has_answer"),
+                "p_answers": probabilities[number - 1] if probabilities else None,
+                "rank": rank.get(index),
+            }
+        )
+    return {
+        "status": compare_item.status,
+        "request_id": o.get("request_id"),
+        "request_ids": list(o.get("request_ids") or []),
+        "input_tokens": o.get("input_tokens"),
+        "error": None if compare_item.status == "done" else (compare_item.error or o.get("error")),
+        "candidates": candidates,
+    }
+
+
+# --- job summary and results ---------------------------------------------------------------------------
+
+SUMMARY_TOTALS = ("decisions_requests", "failed_requests", "search_requests", "input_tokens", "seconds")
+OUTCOMES = ("quoted", "no_answer", "failed", "skipped", "incomplete")
+
+
+def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
+    """Totals over every question: (report status, report summary) pairs."""
+    outcomes = dict.fromkeys(OUTCOMES, 0)
+    totals: dict[str, float] = dict.fromkeys(SUMMARY_TOTALS, 0)
+    questions = 0
+    for status, summary in reports:
+        questions += 1
+        if status is not None:
+            outcomes[status] = outcomes.get(status, 0) + 1
+        for name in SUMMARY_TOTALS:
+            totals[name] += (summary or {}).get(name) or 0
+    return {
+        "kind": "quote",
+        "questions": questions,
+        "outcomes": outcomes,
+        "totals": {k: (round(float(v), 1) if k == "seconds" else int(v)) for k, v in totals.items()},
+    }
+
+
+def result_line(
+    custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """One results-export line: the quote (or the closest candidate) with its source, and the report."""
+    line: dict[str, Any] = {
+        "custom_id": custom_id,
+        "question": question,
+        "status": status,
+        "outcome": None,
+        "quote": None,
+        "closest": None,
+        "request_ids": None,
+        "report": report,
+    }
+    if report is not None:
+        line["outcome"] = report.get("status")
+        line["quote"] = report.get("quote")
+        line["closest"] = report.get("closest")
+        line["request_ids"] = report.get("request_ids")
+    return line

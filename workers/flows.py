@@ -1,0 +1,148 @@
+"""What the `answer` and `quote` item handlers share: priced call rows per endpoint, the budget guard,
+reading Decisions answers as plain dicts, and one way to turn an upstream failure into an outcome.
+
+A handler that makes several calls (an investigation: one Agent call, then one Decisions call per
+rewrite sentence) keeps every call's rows, so each HTTP attempt becomes an `api_calls` row of its item
+whatever happens after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from checks import pricing
+from checks.answers import AGENT_PRESET
+from clients.errors import UpstreamError
+from clients.records import CallRecord
+from clients.results import Decision
+from jobs.records import CallRow, ClaimedItem
+from workers.budget import over_budget, spend
+from workers.calls import call_rows
+from workers.context import WorkerContext
+from workers.limiter import LimiterTimeout
+from workers.outcomes import Failed, Outcome, Skipped, Transient
+
+Handler = Callable[[WorkerContext, ClaimedItem], Outcome]
+
+
+def model_of(item: ClaimedItem) -> str:
+    """The job's Decisions model (validated at intake)."""
+    return str(item.options.get("model") or pricing.DEFAULT_MODEL)
+
+
+def priced_rows(record: CallRecord, model: str | None = None) -> list[CallRow]:
+    """`api_calls` rows for one call, priced by endpoint (SPEC §1 prices).
+
+    Agent calls are priced by their web search only (their token prices are not published); a Search
+    call is one billed request per attempt; Decisions input tokens at the model's rate.
+    """
+    if record.endpoint == "agent":
+        fast = AGENT_PRESET == "fast"
+        search = pricing.AGENT_WEB_SEARCH_FAST_USD if fast else pricing.AGENT_WEB_SEARCH_USD
+        return call_rows(record, search_cost_usd=search, token_cost_per_m=0.0)
+    if record.endpoint == "search":
+        return call_rows(record, search_cost_usd=pricing.SEARCH_API_REQUEST_USD, token_cost_per_m=0.0)
+    rate = pricing.input_rate_per_million(model or pricing.DEFAULT_MODEL)
+    return call_rows(record, search_cost_usd=pricing.GROUNDED_SEARCH_USD, token_cost_per_m=rate)
+
+
+def budget_skip(ctx: WorkerContext, item: ClaimedItem) -> Skipped | None:
+    """Skipped when the job has a budget and has spent it (checked before every item's first call)."""
+    budget = item.options.get("budget_usd")
+    if budget is not None and over_budget(ctx, item.job_id, float(budget)):
+        return Skipped(f"budget of ${float(budget):.4f} reached")
+    return None
+
+
+class StepError(Exception):
+    """One upstream call of a handler failed; `retryable` says whether trying the item later may help."""
+
+    def __init__(self, message: str, *, retryable: bool, request_ids: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.request_ids = list(request_ids or [])
+
+
+@dataclass
+class Calls:
+    """The rows of every call an item made so far, and the money counted against the job's budget."""
+
+    ctx: WorkerContext
+    item: ClaimedItem
+    rows: list[CallRow] = field(default_factory=list)
+
+    def add(self, record: CallRecord, model: str | None = None) -> None:
+        rows = priced_rows(record, model)
+        self.rows += rows
+        spend(self.ctx, self.item.job_id, sum(r.cost_usd for r in rows))
+
+    def run(self, call: Callable[[], Any], model: str | None = None) -> Any:
+        """Make one upstream call; record its rows; raise StepError when it does not answer."""
+        try:
+            result = call()
+        except LimiterTimeout as exc:
+            # Upstream is paused for longer than one wait (a long Retry-After): try the item later.
+            raise StepError(
+                f"rate limiter: waited {exc.waited:.1f} s for a slot; retrying later", retryable=True
+            ) from None
+        except UpstreamError as exc:
+            self.add(exc.record, model)
+            raise StepError(str(exc), retryable=exc.retryable, request_ids=exc.record.request_ids) from None
+        self.add(result.record, model)
+        return result
+
+    def failed(self, error: StepError, output: dict[str, Any] | None = None) -> Outcome:
+        """The outcome of a handler stopped by `error`: retry later, or fail keeping `output`."""
+        if error.retryable:
+            return Transient(str(error), list(self.rows))
+        kept = dict(output or {})
+        kept.setdefault("request_id", error.request_ids[-1] if error.request_ids else None)
+        kept.setdefault("request_ids", error.request_ids)
+        kept.setdefault("error", str(error))
+        return Failed(str(error), list(self.rows), kept)
+
+
+def answers_as_dicts(decision: Decision) -> dict[str, dict[str, Any]]:
+    """The validated answers in the API's own JSON shape (what checks/ reads and the run record keeps)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, answer in decision.answers.items():
+        entry: dict[str, Any] = {"type": answer.type}
+        if answer.noul is not None:
+            entry["noul"] = answer.noul
+        if answer.choice is not None:
+            entry["choice"] = answer.choice
+        if answer.score is not None:
+            entry["score"] = answer.score
+        if answer.probabilities:
+            entry["probabilities"] = dict(answer.probabilities)
+        if answer.confidence is not None:
+            entry["confidence"] = answer.confidence
+        if answer.legend:
+            entry["legend"] = dict(answer.legend)
+        out[name] = entry
+    return out
+
+
+def call_facts(record: CallRecord) -> dict[str, Any]:
+    """What an item's output keeps of one call: request ids, attempts, latency."""
+    return {
+        "request_id": record.request_id,
+        "request_ids": record.request_ids,
+        "attempts": record.attempt_count,
+        "latency_s": round(record.latency_s, 4),
+    }
+
+
+def question_handler(by_kind: Mapping[str, Handler]) -> Handler:
+    """One `question` stage serves both kinds; the item's input names its kind (set at intake)."""
+
+    def handle(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+        kind = str(item.input.get("kind") or "")
+        handler = by_kind.get(kind)
+        if handler is None:
+            return Failed(f"no question handler for job kind {kind!r}")
+        return handler(ctx, item)
+
+    return handle
