@@ -19,7 +19,10 @@ install: $(VENV)/.installed ## create the virtual environment and install factga
 services: ## start the local PostgreSQL and Redis if installed but stopped
 	@bash scripts/services.sh
 
-test: install services ## install, start services, run the whole suite
+browser: ## install Debian's chromium for the end-to-end tests (once; needs root or sudo)
+	@bash scripts/browser.sh
+
+test: install services browser ## install, start services and the browser, run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install ## ruff and mypy (strict)
@@ -34,4 +37,4 @@ fmt: install ## format and autofix
 demo: install ## run the 24 reference claims through the embedded stack (no services, no key needed)
 	@$(VENV)/bin/factgate check examples/claims.jsonl --mode both
 
-.PHONY: help install services test lint fmt demo
+.PHONY: help install services browser test lint fmt demo

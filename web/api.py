@@ -22,7 +22,7 @@ from models import JOB_KINDS, JOB_STATUSES, Job
 from web.auth import current_tenant, require_tenant
 from web.body import check_declared_length, iter_body_lines, read_json_body
 from web.errors import UNSUPPORTED_MEDIA, ApiError, conflict, invalid, not_found
-from web.exports import RESULT_ITERATORS, claims_csv, ndjson_lines, stream_job
+from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings
@@ -191,13 +191,8 @@ def job_results(job_id: str) -> Response:
     if iterator is None:
         raise conflict(f"results of {job.kind} jobs are not available yet")
     sessions = resources().sessions
-    if fmt == "csv" and job.kind != "claims":
-        # A report per question does not flatten into rows; NDJSON carries all of it.
-        raise invalid(
-            f"format=csv is available for claims jobs; {job.kind} results are NDJSON", field="format"
-        )
     if fmt == "csv":
-        resp = Response(stream_job(sessions, job.id, iterator, claims_csv), mimetype="text/csv")
+        resp = Response(stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind]), mimetype="text/csv")
         resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
     else:
         resp = Response(stream_job(sessions, job.id, iterator, ndjson_lines), mimetype=NDJSON_MIMETYPE)

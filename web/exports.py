@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from jobs.claims import iter_claim_results
 from jobs.flows import iter_question_results
 from models import Job
+from web.csv_exports import answers_csv, quotes_csv
 
 ResultIterator = Callable[[Session, Job], Iterator[dict[str, Any]]]
 Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
@@ -83,3 +84,11 @@ def stream_job(
         if job is None:  # deleted between the view's check and the first chunk
             return
         yield from render(records(session, job))
+
+
+# CSV per kind (NDJSON exists for every kind in RESULT_ITERATORS).
+CSV_RENDERERS: dict[str, Renderer] = {
+    "claims": claims_csv,
+    "answer": answers_csv,
+    "quote": quotes_csv,
+}

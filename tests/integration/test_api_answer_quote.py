@@ -479,14 +479,14 @@ def test_cancel_mid_question_builds_an_incomplete_report_and_cancels(web: WebEnv
     assert [s["label"] for s in report["final"]["sentences"]] == ["supported", None]
 
 
-def test_csv_is_refused_for_question_jobs_with_the_reason(web: Any, caller: Any) -> None:
+def test_csv_export_of_question_jobs_has_one_row_per_question(web: Any, caller: Any) -> None:
     resp = web.client.post(
         "/v1/jobs",
         json={"kind": "quote", "items": [{"id": "q1", "question": "How deep is the Mariana Trench?"}]},
         headers=caller.headers,
     )
     assert resp.status_code == 202
-    bad = web.client.get(f"/v1/jobs/{resp.get_json()['id']}/results?format=csv", headers=caller.headers)
-    assert bad.status_code == 400
-    assert bad.get_json()["error"]["field"] == "format"
-    assert "NDJSON" in bad.get_json()["error"]["message"]
+    csv_resp = web.client.get(f"/v1/jobs/{resp.get_json()['id']}/results?format=csv", headers=caller.headers)
+    assert csv_resp.status_code == 200 and csv_resp.mimetype == "text/csv"
+    lines = csv_resp.get_data(as_text=True).splitlines()
+    assert lines[0].startswith("custom_id,") and len(lines) == 2 and lines[1].startswith("q1,")

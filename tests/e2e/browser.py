@@ -1,0 +1,125 @@
+"""Headless Chromium (Debian's package, installed by scripts/browser.sh) against the app in a thread.
+
+Playwright drives the browser at /usr/bin/chromium; `playwright install` is never used. Without the
+browser the tests skip on a laptop and FAIL under CI=true, like the other service-backed tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from werkzeug.serving import make_server
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1360, "height": 900}
+
+
+def require_chromium() -> str:
+    if CHROMIUM.exists():
+        return str(CHROMIUM)
+    message = f"{CHROMIUM} is missing; run scripts/browser.sh (installs Debian's chromium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def serve(app: Flask) -> Iterator[str]:
+    """The app on 127.0.0.1 (a free port) in a thread; yields its base URL."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="e2e-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@dataclass
+class PageWatch:
+    """What a page did that it should not: dialogs opened, errors thrown, CSP violations logged."""
+
+    dialogs: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+
+    def attach(self, page: Any) -> None:
+        def on_dialog(dialog: Any) -> None:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+        page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+        page.on("console", lambda msg: self.console_errors.append(msg.text) if msg.type == "error" else None)
+
+    @property
+    def csp_violations(self) -> list[str]:
+        return [m for m in self.console_errors if re.search(r"Content Security Policy", m, re.I)]
+
+
+@contextmanager
+def chromium(*, bypass_csp: bool = False) -> Iterator[tuple[Any, PageWatch]]:
+    """A fresh browser context and page (with a PageWatch attached)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = require_chromium()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport=VIEWPORT, bypass_csp=bypass_csp, device_scale_factor=1)
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            watch = PageWatch()
+            watch.attach(page)
+            yield page, watch
+            context.close()
+        finally:
+            browser.close()
+
+
+def sign_in(page: Any, base: str, token: str) -> None:
+    page.goto(f"{base}/sign-in")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r".*/jobs$"))
+
+
+def save_screenshot(
+    page: Any, name: str, *, full_page: bool = True, docs: bool = False, docs_height: int = 2400
+) -> Path:
+    """The whole page into test-artifacts/; for `docs` pictures with FACTGATE_UPDATE_SCREENSHOTS=1 also
+    its first `docs_height` pixels into docs/screenshots/ (the README's, kept to a readable size)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    if docs and os.environ.get("FACTGATE_UPDATE_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        height = int(page.evaluate("document.documentElement.scrollHeight"))
+        clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": min(height, docs_height)}
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, clip=clip)
+    return path

@@ -1,0 +1,94 @@
+"""CSV downloads of `answer` and `quote` results: one row per question, flat columns.
+
+The NDJSON download holds the whole report; the CSV is the spreadsheet view of the outcome. Rows are
+built from `jobs.flows.iter_question_results` lines and streamed like web/exports.py's claims CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+ANSWER_COLUMNS = ("custom_id", "question", "status", "outcome", "final_answer", "request_ids")
+QUOTE_COLUMNS = (
+    "custom_id",
+    "question",
+    "status",
+    "outcome",
+    "quote",
+    "title",
+    "url",
+    "date",
+    "p_answers",
+    "has_answer",
+    "closest",
+    "closest_p_answers",
+    "request_ids",
+)
+
+
+def _num(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return repr(float(value))
+
+
+def _ids(value: object) -> str:
+    if isinstance(value, dict):
+        value = [i for ids in value.values() if isinstance(ids, list) for i in ids]
+    return " ".join(str(i) for i in value) if isinstance(value, list) else ""
+
+
+def _answer_row(line: dict[str, Any]) -> Sequence[object]:
+    return (
+        line.get("custom_id", ""),
+        line.get("question") or "",
+        line.get("status") or "",
+        line.get("outcome") or "",
+        line.get("final_answer") or "",
+        _ids(line.get("request_ids")),
+    )
+
+
+def _quote_row(line: dict[str, Any]) -> Sequence[object]:
+    quote = line.get("quote") or {}
+    closest = line.get("closest") or {}
+    return (
+        line.get("custom_id", ""),
+        line.get("question") or "",
+        line.get("status") or "",
+        line.get("outcome") or "",
+        quote.get("text") or "",
+        quote.get("title") or "",
+        quote.get("url") or "",
+        quote.get("date") or "",
+        _num(quote.get("p_answers")),
+        _num(quote.get("has_answer")),
+        closest.get("text") or "",
+        _num(closest.get("p_answers")),
+        _ids(line.get("request_ids")),
+    )
+
+
+def _csv(
+    columns: Sequence[str], row: Callable[[dict[str, Any]], Sequence[object]]
+) -> Callable[[Iterator[dict[str, Any]]], Iterator[str]]:
+    def render(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\r\n")
+        writer.writerow(columns)
+        for record in records:
+            writer.writerow(row(record))
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+        if buf.getvalue():
+            yield buf.getvalue()
+
+    return render
+
+
+answers_csv = _csv(ANSWER_COLUMNS, _answer_row)
+quotes_csv = _csv(QUOTE_COLUMNS, _quote_row)

@@ -1,0 +1,355 @@
+"""The HTML pages: sign-in, jobs list, job page with live progress and report, request lookup, downloads.
+
+Server-rendered Jinja templates (autoescaped), one static script (progress polling) and one static
+stylesheet; no build step. Every page is scoped to the signed-in tenant, held in a signed session
+cookie after a token sign-in: another tenant's job is the same 404 page as a missing one. Views are
+thin: reads and state changes go through jobs/, reports are assembled in web/pages_*.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from flask import (
+    Blueprint,
+    Flask,
+    Response,
+    abort,
+    current_app,
+    flash,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from flask_wtf.csrf import CSRFError  # type: ignore[import-untyped]
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers.response import Response as BaseResponse
+
+from jobs.control import JobStateError, cancel_job, retry_failed
+from jobs.queries import get_job, list_jobs, lookup_request
+from jobs.tenancy import authenticate
+from models import JOB_KINDS, JOB_STATUSES, Job, Tenant
+from web.auth import current_tenant
+from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
+from web.pages_format import register_filters
+from web.pages_jobs import job_view, progress_payload
+from web.pages_reports import report_context
+from web.security import csrf, init_security, report_csp
+from web.session import EXTENSION, db_session, resources
+from workers.api import enqueue_start
+
+log = logging.getLogger("factgate.web")
+
+pages = Blueprint("pages", __name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+PUBLIC_ENDPOINTS = frozenset({"pages.sign_in"})
+JSON_ENDPOINTS = frozenset({"pages.job_progress"})
+SESSION_TENANT = "tenant_id"
+LIST_LIMIT = 200
+MAX_REQUEST_ID_CHARS = 200
+NDJSON_MIMETYPE = "application/x-ndjson"
+
+
+def init_pages(app: Flask) -> None:
+    """Register the pages, their filters and the browser safety measures on `app` (see create_app)."""
+    cfg = app.extensions[EXTENSION].settings
+    init_security(app, secret_key=cfg.secret_key, instance_path=cfg.instance_path, embedded=cfg.embedded)
+    register_filters(app)
+    app.register_blueprint(pages)
+
+
+# --- sign-in and the tenant of a page request ----------------------------------------------------------
+
+
+def _session_tenant() -> Tenant | None:
+    raw = session.get(SESSION_TENANT)
+    if not isinstance(raw, str):
+        return None
+    try:
+        tenant_id = uuid.UUID(raw)
+    except ValueError:
+        return None
+    return db_session().get(Tenant, tenant_id)
+
+
+def _safe_next(target: str | None) -> str:
+    """Where to go after sign-in: a path on this site only (never `//host` or a scheme)."""
+    if (
+        target
+        and target.startswith("/")
+        and not target.startswith(("//", "/\\"))
+        and all(ch.isprintable() and not ch.isspace() for ch in target)
+    ):
+        return target
+    return url_for("pages.jobs")
+
+
+@pages.before_request
+def _guard() -> BaseResponse | None:
+    """CSRF on every state-changing form, then sign-in on every page but the sign-in page."""
+    if current_app.config.get("WTF_CSRF_ENABLED", True):
+        csrf.protect()
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return None
+    tenant = _session_tenant()
+    if tenant is None:
+        session.pop(SESSION_TENANT, None)
+        if request.endpoint in JSON_ENDPOINTS:
+            resp = jsonify({"error": {"type": "authentication_error", "message": "sign in again"}})
+            resp.status_code = 401
+            return resp
+        target = request.full_path.rstrip("?") if request.method == "GET" else None
+        return redirect(url_for("pages.sign_in", next=target))
+    g.tenant = tenant
+    return None
+
+
+@pages.after_request
+def _no_store(response: Response) -> Response:
+    """Tenant data is never kept by shared caches or the browser's back-forward cache."""
+    response.headers.setdefault("Cache-Control", "private, no-store")
+    return response
+
+
+@pages.route("/sign-in", methods=["GET", "POST"])
+def sign_in() -> BaseResponse | tuple[str, int]:
+    next_url = _safe_next(request.values.get("next"))
+    if request.method == "GET":
+        if _session_tenant() is not None:
+            return redirect(next_url)
+        return render_template("sign_in.html", next_url=next_url, error=None), 200
+    token = (request.form.get("token") or "").strip()
+    tenant = authenticate(db_session(), token) if token else None
+    if tenant is None:
+        # One message for unknown, revoked and empty tokens: no hint about which tokens exist.
+        return render_template("sign_in.html", next_url=next_url, error="That token is not valid."), 401
+    session.clear()  # a fresh session (and CSRF token) for the new identity
+    session[SESSION_TENANT] = str(tenant.id)
+    session.permanent = True
+    return redirect(next_url)
+
+
+@pages.post("/sign-out")
+def sign_out() -> BaseResponse:
+    session.clear()
+    flash("You are signed out.", "info")
+    return redirect(url_for("pages.sign_in"))
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+def _job_or_404(job_id: str) -> Job:
+    job = get_job(db_session(), current_tenant().id, job_id)
+    if job is None:
+        abort(404, description="There is no job with that id in your account.")
+    return job
+
+
+@pages.get("/")
+def index() -> BaseResponse:
+    return redirect(url_for("pages.jobs"))
+
+
+@pages.get("/jobs")
+def jobs() -> str:
+    kind = request.args.get("kind") or None
+    status = request.args.get("status") or None
+    kind = kind if kind in JOB_KINDS else None
+    status = status if status in JOB_STATUSES else None
+    sess = db_session()
+    rows = [
+        job_view(sess, j)
+        for j in list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status)
+    ]
+    return render_template(
+        "jobs.html", jobs=rows, kind=kind, status=status, kinds=JOB_KINDS, statuses=JOB_STATUSES
+    )
+
+
+@pages.get("/jobs/<job_id>")
+def job_page(job_id: str) -> tuple[str, int]:
+    job = _job_or_404(job_id)
+    sess = db_session()
+    view = job_view(sess, job)
+    report = report_context(sess, job, request.args, interactive=True) if view.ended else None
+    status = 400 if report is not None and report.get("input_error") else 200
+    return render_template("job.html", view=view, job=job, report=report), status
+
+
+@pages.get("/jobs/<job_id>/progress.json")
+def job_progress(job_id: str) -> Response:
+    job = _job_or_404(job_id)
+    resp = jsonify(progress_payload(db_session(), job))
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+def _enqueue_start(job: Job) -> None:
+    """As in the API: a broker outage leaves the job queued for the sweeper, it does not fail the form."""
+    try:
+        enqueue_start(resources().celery, job.id)
+    except Exception:
+        log.exception("could not enqueue start_job for job %s; the sweeper will start it", job.id)
+
+
+@pages.post("/jobs/<job_id>/cancel")
+def job_cancel(job_id: str) -> BaseResponse:
+    sess = db_session()
+    job = _job_or_404(job_id)
+    if job.status == "cancelling":
+        flash("The job is already being cancelled.", "info")
+    elif cancel_job(sess, job):
+        sess.commit()
+        flash("Cancelling: pending items are skipped, running ones finish first.", "info")
+    else:
+        sess.rollback()
+        flash(f"The job is {job.status}; only a queued or running job can be cancelled.", "error")
+    return redirect(url_for("pages.job_page", job_id=str(job.id)))
+
+
+@pages.post("/jobs/<job_id>/retry")
+def job_retry(job_id: str) -> BaseResponse:
+    sess = db_session()
+    job = _job_or_404(job_id)
+    try:
+        retried = retry_failed(sess, job)
+    except JobStateError as exc:
+        sess.rollback()
+        flash(str(exc), "error")
+        return redirect(url_for("pages.job_page", job_id=str(job.id)))
+    if not retried:
+        sess.rollback()
+        flash("Nothing to retry: the job has no failed items.", "info")
+    else:
+        sess.commit()
+        _enqueue_start(job)
+        flash(f"Retrying {retried} failed item(s).", "info")
+    return redirect(url_for("pages.job_page", job_id=str(job.id)))
+
+
+# --- downloads -------------------------------------------------------------------------------------------
+
+
+def _download(job: Job, body: Iterator[str], mimetype: str, filename: str) -> Response:
+    resp = Response(body, mimetype=mimetype)
+    resp.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    resp.headers["X-Job-Status"] = job.status
+    return resp
+
+
+@pages.get("/jobs/<job_id>/results.ndjson")
+def results_ndjson(job_id: str) -> Response:
+    job = _job_or_404(job_id)
+    iterator = RESULT_ITERATORS.get(job.kind)
+    if iterator is None:
+        abort(404, description=f"Results of {job.kind} jobs cannot be downloaded yet.")
+    body = stream_job(resources().sessions, job.id, iterator, ndjson_lines)
+    return _download(job, body, NDJSON_MIMETYPE, f"factgate-{job.id}-results.ndjson")
+
+
+@pages.get("/jobs/<job_id>/results.csv")
+def results_csv(job_id: str) -> Response:
+    job = _job_or_404(job_id)
+    iterator = RESULT_ITERATORS.get(job.kind)
+    render = CSV_RENDERERS.get(job.kind)
+    if iterator is None or render is None:
+        abort(404, description=f"Results of {job.kind} jobs have no CSV download.")
+    body = stream_job(resources().sessions, job.id, iterator, render)
+    return _download(job, body, "text/csv", f"factgate-{job.id}-results.csv")
+
+
+def report_stylesheet() -> str:
+    """The report's CSS, read at render time so the downloaded file matches the deployed styles."""
+    css = (STATIC / "app.css").read_text(encoding="utf-8")
+    if "</" in css:  # it is inlined into a <style> element
+        raise RuntimeError("app.css must not contain '</'")
+    return css
+
+
+@pages.get("/jobs/<job_id>/report.html")
+def report_file(job_id: str) -> Response:
+    """The report as one self-contained HTML file: inline CSS, no script, the same escaping and links.
+
+    Streamed with its own session (a claims report holds every claim), like the results exports.
+    """
+    job = _job_or_404(job_id)
+    css = report_stylesheet()
+    jid = job.id
+    sessions = resources().sessions
+    template = current_app.jinja_env.get_template("report_file.html")
+    csp = report_csp(css)
+
+    def generate() -> Iterator[str]:
+        # No app context here: the report templates use no url_for, request or session.
+        with sessions() as stream_session:
+            stream_job_row = stream_session.get(Job, jid)
+            if stream_job_row is None:
+                return
+            view = job_view(stream_session, stream_job_row)
+            report = report_context(stream_session, stream_job_row, {}, interactive=False)
+            yield from template.generate(
+                view=view,
+                job=stream_job_row,
+                report=report,
+                css=Markup(css),  # noqa: S704 - our stylesheet, checked for '</'
+                csp=csp,
+            )
+
+    resp = _download(job, generate(), "text/html", f"factgate-{job.id}-report.html")
+    resp.headers["Content-Security-Policy"] = csp
+    return resp
+
+
+# --- support ---------------------------------------------------------------------------------------------
+
+
+@pages.get("/requests")
+def requests_lookup() -> tuple[str, int]:
+    request_id = (request.args.get("id") or "").strip()[:MAX_REQUEST_ID_CHARS]
+    found = lookup_request(db_session(), current_tenant().id, request_id) if request_id else []
+    status = 404 if request_id and not found else 200
+    return render_template("requests.html", request_id=request_id, found=found), status
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+ERROR_TITLES = {
+    400: "Bad request",
+    401: "Not signed in",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Not allowed",
+}
+
+
+@pages.errorhandler(CSRFError)
+def _csrf_error(exc: CSRFError) -> tuple[str, int]:
+    message = "The form had expired or did not come from this site. Reload the page and try again."
+    return render_template("error.html", code=400, title="Form not accepted", message=message), 400
+
+
+@pages.errorhandler(HTTPException)
+def _http_error(exc: HTTPException) -> BaseResponse | tuple[str, int]:
+    code = exc.code or 500
+    if code < 400:
+        return exc.get_response()
+    title = ERROR_TITLES.get(code, exc.name)
+    message = exc.description if code == 404 and exc.description else title
+    return render_template("error.html", code=code, title=title, message=message), code
+
+
+@pages.errorhandler(Exception)
+def _unexpected(exc: Exception) -> tuple[str, int]:
+    log.exception("unhandled error on %s %s", request.method, request.path)
+    message = "Something went wrong on our side; the server log has the details."
+    return render_template("error.html", code=500, title="Server error", message=message), 500

@@ -1,0 +1,337 @@
+"""The `claims` report: per-claim table, scorecards with the acceptance bounds, calibration, cutoff replay.
+
+Everything is read from stored items (jobs.claims); replaying other cutoffs re-scores the stored
+probabilities and never sends a request. A job with 100,000 claims is read in one streamed pass per
+page view; the page shows one slice of the table, the downloadable report streams all of it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+from sqlalchemy.orm import Session
+
+from checks import claims as claim_rules
+from checks.options import OptionsError, check_cutoffs
+from jobs.claims import claims_summary, iter_claim_results
+from models import Job
+from web.charts import ReliabilityBin, reliability_bins, reliability_svg
+
+PAGE_SIZE = 100
+SHOW_CHOICES: dict[str, str] = {
+    "all": "all claims",
+    "flips": "flips between modes",
+    "wrong": "wrong verdicts",
+    "review": "sent to review",
+    "failed": "failed or skipped",
+}
+MODE_NAMES = {"ungrounded": "Ungrounded", "grounded": "Grounded"}
+DEFAULT_SUPPORTED_MIN = 0.8
+DEFAULT_CONTRADICTED_MAX = 0.2
+
+
+@dataclass(frozen=True)
+class ModeCell:
+    """One claim in one mode, with the verdict at the cutoffs being shown."""
+
+    mode: str
+    status: str
+    p: float | None
+    verdict: str | None
+    grade: str | None  # correct | wrong | review | None (unlabelled or unanswered)
+    request_id: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ClaimRowView:
+    custom_id: str
+    claim: str
+    label: bool | None
+    cells: list[ModeCell]
+    flip: bool
+    outside_query: bool
+    sources: list[dict[str, Any]]
+
+    def matches(self, show: str) -> bool:
+        if show == "flips":
+            return self.flip
+        if show == "wrong":
+            return any(c.grade == "wrong" for c in self.cells)
+        if show == "review":
+            return any(c.verdict == "review" for c in self.cells)
+        if show == "failed":
+            return any(c.status != "done" for c in self.cells)
+        return True
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One acceptance bound of one mode, shown as value, limit and pass/fail."""
+
+    name: str
+    value: str
+    limit: str
+    ok: bool | None
+
+
+@dataclass(frozen=True)
+class ScorecardView:
+    mode: str
+    title: str
+    card: dict[str, Any]
+    bounds: list[Bound]
+    acceptance: bool | None
+
+
+@dataclass
+class Explorer:
+    """The cutoff explorer's form state: the cutoffs shown, the job's own, and any input problem."""
+
+    supported_min: float
+    contradicted_max: float
+    stored_supported_min: float
+    stored_contradicted_max: float
+    raw_supported_min: str = ""
+    raw_contradicted_max: str = ""
+    error: str | None = None
+
+    @property
+    def replayed(self) -> bool:
+        return (self.supported_min, self.contradicted_max) != (
+            self.stored_supported_min,
+            self.stored_contradicted_max,
+        )
+
+
+@dataclass
+class ClaimsReport:
+    modes: list[str]
+    explorer: Explorer
+    scorecards: list[ScorecardView]
+    flips: list[dict[str, Any]]
+    outside_query: int
+    calibration: list[tuple[str, list[ReliabilityBin]]]
+    calibration_svg: Markup | None  # our own SVG, its text already escaped by web.charts
+    labelled_points: int
+    show: str
+    page: int
+    pages: int
+    matching: int
+    total_claims: int
+    rows: list[ClaimRowView] | Iterator[ClaimRowView] = field(default_factory=list)
+    summary_error: str | None = None
+
+
+def _float_arg(raw: str | None) -> tuple[float | None, str | None]:
+    if raw is None or raw.strip() == "":
+        return None, None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None, f"{raw[:40]!r} is not a number"
+    if not math.isfinite(value):
+        return None, f"{raw[:40]!r} is not a finite number"
+    return value, None
+
+
+def explorer_from_args(job: Job, args: Mapping[str, str]) -> Explorer:
+    """Cutoffs from the query string, falling back to the job's own; bad input is reported, not raised."""
+    stored_s = float(job.options.get("supported_min", DEFAULT_SUPPORTED_MIN))
+    stored_c = float(job.options.get("contradicted_max", DEFAULT_CONTRADICTED_MAX))
+    raw_s = args.get("supported_min", "") or ""
+    raw_c = args.get("contradicted_max", "") or ""
+    exp = Explorer(stored_s, stored_c, stored_s, stored_c, raw_s[:40], raw_c[:40])
+    s_val, s_err = _float_arg(raw_s)
+    c_val, c_err = _float_arg(raw_c)
+    if s_err or c_err:
+        exp.error = f"supported_min: {s_err}" if s_err else f"contradicted_max: {c_err}"
+        return exp
+    want_s = stored_s if s_val is None else s_val
+    want_c = stored_c if c_val is None else c_val
+    try:
+        check_cutoffs(want_s, want_c)
+    except OptionsError as exc:
+        exp.error = f"{exc.field}: {exc.message}"
+        return exp
+    exp.supported_min, exp.contradicted_max = want_s, want_c
+    return exp
+
+
+def _row_view(record: dict[str, Any], modes: list[str], smin: float, cmax: float) -> ClaimRowView:
+    label = record.get("label")
+    cells: list[ModeCell] = []
+    sources: list[dict[str, Any]] = []
+    seen_urls: set[str] = set()
+    outside = False
+    results: dict[str, Any] = record.get("results") or {}
+    for mode in modes:
+        res = results.get(mode)
+        if res is None:
+            continue
+        p = res.get("p")
+        status = str(res.get("status") or "pending")
+        verdict: str | None = None
+        if status == "done" and isinstance(p, int | float) and not isinstance(p, bool):
+            verdict = claim_rules.verdict(float(p), smin, cmax)
+        grade: str | None = None
+        if verdict is not None and label is not None:
+            if verdict == "review":
+                grade = "review"
+            else:
+                grade = "correct" if (verdict == "supported") == bool(label) else "wrong"
+        cells.append(
+            ModeCell(
+                mode=mode,
+                status=status,
+                p=float(p) if verdict is not None else None,
+                verdict=verdict,
+                grade=grade,
+                request_id=res.get("request_id"),
+                error=res.get("error"),
+            )
+        )
+        if mode == "grounded" and res.get("in_query") is False:
+            outside = True
+        for src in res.get("sources") or []:
+            if not isinstance(src, dict):
+                continue
+            key = str(src.get("url") or "")
+            if key in seen_urls:
+                continue
+            seen_urls.add(key)
+            sources.append(src)
+    verdicts = [c.verdict for c in cells if c.verdict is not None]
+    flip = len(cells) == 2 and len(verdicts) == 2 and verdicts[0] != verdicts[1]
+    return ClaimRowView(
+        custom_id=str(record.get("custom_id")),
+        claim=str(record.get("claim") or ""),
+        label=None if label is None else bool(label),
+        cells=cells,
+        flip=flip,
+        outside_query=outside,
+        sources=sources,
+    )
+
+
+def _bounds(card: dict[str, Any]) -> list[Bound]:
+    if card.get("labelled", 0) == 0 or card.get("missed_failures") is None:
+        return []
+    labelled = int(card["labelled"])
+    bounds = card.get("bounds") or {}
+    fc_max = float(bounds.get("max_false_contradiction_rate", claim_rules.MAX_FALSE_CONTRADICTION_RATE))
+    rv_max = float(bounds.get("max_review_rate", claim_rules.MAX_REVIEW_RATE))
+    mf_max = int(bounds.get("max_missed_failures", claim_rules.MAX_MISSED_FAILURES))
+    fc = int(card.get("false_contradictions") or 0)
+    rv = int(card.get("labelled_review") or 0)
+    return [
+        Bound(
+            "Missed failures (false claims marked supported)",
+            f"{int(card['missed_failures'])}",
+            f"≤ {mf_max}",
+            card.get("missed_failures_ok"),
+        ),
+        Bound(
+            "False contradictions (true claims marked contradicted)",
+            f"{fc} of {labelled} ({fc / labelled * 100:.1f} %)",
+            f"≤ {fc_max * 100:.0f} % of labelled claims",
+            card.get("false_contradictions_ok"),
+        ),
+        Bound(
+            "Sent to review",
+            f"{rv} of {labelled} ({rv / labelled * 100:.1f} %)",
+            f"≤ {rv_max * 100:.0f} % of labelled claims",
+            card.get("review_ok"),
+        ),
+    ]
+
+
+def _scorecards(summary: dict[str, Any], modes: list[str]) -> list[ScorecardView]:
+    cards: dict[str, Any] = summary.get("scorecards") or {}
+    out: list[ScorecardView] = []
+    for mode in modes:
+        card = cards.get(mode)
+        if not isinstance(card, dict):
+            continue
+        out.append(
+            ScorecardView(mode, MODE_NAMES.get(mode, mode), card, _bounds(card), card.get("acceptance"))
+        )
+    return out
+
+
+def _modes(job: Job) -> list[str]:
+    return list(claim_rules.modes_for(job.options.get("mode", "grounded")))
+
+
+def claims_report(
+    session: Session, job: Job, args: Mapping[str, str], *, page_size: int | None = PAGE_SIZE
+) -> ClaimsReport:
+    """The report of a claims job. With `page_size` None every row is returned, streamed (the
+    downloadable report); otherwise one page of the rows matching `show`."""
+    modes = _modes(job)
+    explorer = explorer_from_args(job, args)
+    smin, cmax = explorer.supported_min, explorer.contradicted_max
+
+    summary: dict[str, Any] = {}
+    summary_error: str | None = None
+    if job.summary and not explorer.replayed and job.summary.get("scorecards"):
+        summary = job.summary
+    else:
+        try:
+            summary = claims_summary(session, job, supported_min=smin, contradicted_max=cmax)
+        except (OptionsError, ValueError) as exc:
+            summary_error = f"the scorecard could not be computed: {exc}"
+
+    show = args.get("show", "all")
+    if show not in SHOW_CHOICES:
+        show = "all"
+    try:
+        page = max(1, int(args.get("page", "1") or "1"))
+    except ValueError:
+        page = 1
+
+    points: dict[str, list[tuple[float, bool]]] = {m: [] for m in modes}
+    rows: list[ClaimRowView] = []
+    matching = total = 0
+    start = (page - 1) * (page_size or 0)
+    for record in iter_claim_results(session, job):
+        total += 1
+        row = _row_view(record, modes, smin, cmax)
+        if row.label is not None:
+            for cell in row.cells:
+                if cell.p is not None:
+                    points[cell.mode].append((cell.p, row.label))
+        if page_size is None or not row.matches(show):
+            continue
+        if start <= matching < start + page_size:
+            rows.append(row)
+        matching += 1
+
+    calibration = [(m, reliability_bins(points[m])) for m in modes]
+    labelled_points = sum(len(v) for v in points.values())
+    svg = reliability_svg(calibration, title="Reliability diagram: predicted probability vs. fraction true")
+    report = ClaimsReport(
+        modes=modes,
+        explorer=explorer,
+        scorecards=_scorecards(summary, modes),
+        flips=list(summary.get("flips") or []),
+        outside_query=int(summary.get("outside_query") or 0),
+        calibration=calibration,
+        # web.charts escapes every text it draws; the rest is numbers and fixed markup.
+        calibration_svg=Markup(svg) if labelled_points else None,  # noqa: S704
+        labelled_points=labelled_points,
+        show=show,
+        page=page,
+        pages=max(1, math.ceil(matching / page_size)) if page_size else 1,
+        matching=matching if page_size else total,
+        total_claims=total,
+        rows=rows,
+        summary_error=summary_error,
+    )
+    if page_size is None:
+        report.rows = (_row_view(r, modes, smin, cmax) for r in iter_claim_results(session, job))
+    return report

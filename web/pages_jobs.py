@@ -1,0 +1,124 @@
+"""What the jobs list and the job page show about a job: progress, counts, cost, times, actions.
+
+Progress is counted from items (jobs.progress), never read from the job row, which is only written
+at state changes; the same numbers feed the page and the small JSON endpoint the page polls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from jobs.progress import RequestCounts, request_counts
+from models import Job, utcnow
+from web.exports import CSV_RENDERERS, RESULT_ITERATORS
+from web.pages_format import duration, usd
+from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage
+
+LIVE_STATUSES = ("validating", "queued", "in_progress", "finalizing", "cancelling")
+CANCELLABLE = ("validating", "queued", "in_progress")
+KIND_TITLES = {"claims": "Claims", "answer": "Answer check", "quote": "Quote finder"}
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as the pages show it."""
+
+    id: str
+    kind: str
+    kind_title: str
+    status: str
+    counts: RequestCounts
+    percent: float
+    usage: dict[str, Any]
+    cost_usd: float
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    elapsed_s: float | None
+    live: bool
+    ended: bool
+    can_cancel: bool
+    can_retry: bool
+    has_results: bool
+    has_csv: bool
+    simulated: bool
+    simulated_note: str
+    warnings: list[str]
+    error: str | None
+    metadata: dict[str, Any]
+    options: dict[str, Any]
+
+
+def percent_done(counts: RequestCounts, ended: bool) -> float:
+    """Share of items in a terminal state; an ended job is 100 % (nothing more will happen)."""
+    if ended:
+        return 100.0
+    if counts.total == 0:
+        return 0.0
+    return round(100.0 * counts.terminal / counts.total, 1)
+
+
+def _ended_at(job: Job) -> datetime | None:
+    return job.completed_at or job.cancelled_at or job.failed_at
+
+
+def job_view(session: Session, job: Job) -> JobView:
+    counts = request_counts(session, job.id)
+    ended = job.status in ENDED_STATUSES
+    usage = job_usage(session, job)
+    started = job.started_at or job.queued_at or job.created_at
+    ended_at = _ended_at(job)
+    elapsed: float | None = None
+    if started is not None:
+        until = ended_at if ended and ended_at is not None else utcnow()
+        elapsed = max(0.0, (until - started).total_seconds())
+    return JobView(
+        id=str(job.id),
+        kind=job.kind,
+        kind_title=KIND_TITLES.get(job.kind, job.kind),
+        status=job.status,
+        counts=counts,
+        percent=percent_done(counts, ended),
+        usage=usage,
+        cost_usd=float(usage.get("cost_usd") or 0.0),
+        created_at=job.created_at,
+        started_at=job.started_at,
+        ended_at=ended_at,
+        elapsed_s=elapsed,
+        live=job.status in LIVE_STATUSES,
+        ended=ended,
+        can_cancel=job.status in CANCELLABLE,
+        can_retry=ended and counts.failed > 0,
+        has_results=job.kind in RESULT_ITERATORS,
+        has_csv=job.kind in RESULT_ITERATORS and job.kind in CSV_RENDERERS,
+        simulated=bool(job.simulated),
+        simulated_note=SIMULATED_NOTE,
+        warnings=[str(w) for w in (job.warnings or [])],
+        error=job.error,
+        metadata=dict(job.meta or {}),
+        options=dict(job.options or {}),
+    )
+
+
+def progress_payload(session: Session, job: Job) -> dict[str, Any]:
+    """What the job page's script polls: enough to move the bar and the counters, nothing more."""
+    view = job_view(session, job)
+    return {
+        "status": view.status,
+        "ended": view.ended,
+        "percent": view.percent,
+        "counts": view.counts.as_dict(),
+        "cost_usd": view.cost_usd,
+        "elapsed_s": None if view.elapsed_s is None else round(view.elapsed_s, 1),
+        # Formatted here so the script only sets text and the page and the poll agree.
+        "text": {
+            "percent": f"{view.percent:.0f} %",
+            "cost": usd(view.cost_usd),
+            "elapsed": duration(view.elapsed_s),
+            "status": view.status.replace("_", " "),
+        },
+    }
