@@ -15,6 +15,7 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 
 from checks import pricing
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
+from checks.ndjson import feed_ndjson
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -310,33 +311,7 @@ def parse_ndjson_lines(
     Raises ClaimsValidationError; returns the rows in input order.
     """
     checker = _Checker(max_rows=max_rows, max_claim_bytes=max_claim_bytes, unit="line")
-    decode = json.JSONDecoder().decode
-    for number, raw in enumerate(lines, 1):
-        if isinstance(raw, bytes):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                if checker.over_limit(number):
-                    break
-                checker.fail(number, None, f"is not valid UTF-8 (byte {error.start + 1})")
-                continue
-        else:
-            text = raw
-        if number == 1 and text.startswith("\ufeff"):
-            text = text[1:]
-        if not text.strip():
-            continue
-        if checker.over_limit(number):
-            break
-        try:
-            obj = decode(text)
-        except json.JSONDecodeError as error:
-            checker.fail(number, None, f"is not valid JSON: {error.msg} at column {error.colno}")
-            continue
-        except RecursionError:
-            checker.fail(number, None, "is not valid JSON here: nested too deeply")
-            continue
-        checker.check(number, obj)
+    feed_ndjson(lines, checker)
     return checker.result()
 
 

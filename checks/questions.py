@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
 from checks.claims import ClaimsValidationError, RowError, Unit
+from checks.ndjson import feed_ndjson
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -157,33 +158,7 @@ def parse_question_lines(
     """Validate an NDJSON batch of questions, all or nothing (1-based lines; blank lines skipped but
     counted; a byte-order mark on line 1 ignored). Raises QuestionsValidationError."""
     checker = _Checker(max_rows=max_rows, unit="line")
-    decode = json.JSONDecoder().decode
-    for number, raw in enumerate(lines, 1):
-        if isinstance(raw, bytes):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                if checker.over_limit(number):
-                    break
-                checker.fail(number, None, f"is not valid UTF-8 (byte {error.start + 1})")
-                continue
-        else:
-            text = raw
-        if number == 1 and text.startswith("\ufeff"):
-            text = text[1:]
-        if not text.strip():
-            continue
-        if checker.over_limit(number):
-            break
-        try:
-            obj = decode(text)
-        except json.JSONDecodeError as error:
-            checker.fail(number, None, f"is not valid JSON: {error.msg} at column {error.colno}")
-            continue
-        except RecursionError:
-            checker.fail(number, None, "is not valid JSON here: nested too deeply")
-            continue
-        checker.check(number, obj)
+    feed_ndjson(lines, checker)
     return checker.result()
 
 
