@@ -35,6 +35,6 @@ fmt: install ## format and autofix
 	$(VENV)/bin/ruff check --fix .
 
 demo: install ## run the 24 reference claims through the embedded stack (no services, no key needed)
-	@$(VENV)/bin/factgate check examples/claims.jsonl --mode both
+	@env -u DATABASE_URL -u REDIS_URL -u FACTGATE_URL $(VENV)/bin/factgate check examples/claims.jsonl --mode both
 
 .PHONY: help install services browser test lint fmt demo

@@ -49,6 +49,8 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     if job.status in ENDED:
         return True
     counts = request_counts(session, job_id)
+    if counts.total == 0:
+        return False  # intake has not stored the items yet (every job has at least one)
     if not counts.all_terminal or not ready_to_finalize(session, job):
         return False
     now = utcnow()

@@ -94,16 +94,23 @@ def create_job(
         created_at=now,
         queued_at=now,
     )
-    try:
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-    except IntegrityError:
-        # Another request with the same key won the race; return its job.
-        raced = find_idempotent(session, tenant_id, idempotency_key)
-        if raced is None:
-            raise
-        return raced, False
+    if session.get_bind().dialect.name == "sqlite":
+        # pysqlite commits when the outermost savepoint is released, which would expose the job
+        # before its items exist; embedded mode has one writer, so the race the savepoint guards
+        # against does not arise there.
+        session.add(job)
+        session.flush()
+    else:
+        try:
+            with session.begin_nested():
+                session.add(job)
+                session.flush()
+        except IntegrityError:
+            # Another request with the same key won the race; return its job.
+            raced = find_idempotent(session, tenant_id, idempotency_key)
+            if raced is None:
+                raise
+            return raced, False
     if session.get_bind().dialect.name == "postgresql":
         _copy_items(session, job.id, units)
     else:

@@ -20,6 +20,7 @@ from config import Settings
 from models import make_engine, make_session_factory
 from web.api import api, meta
 from web.errors import register_error_handlers
+from web.metrics import init_app as init_metrics
 from web.pages import init_pages
 from web.session import EXTENSION, WebResources, close_db_session
 from workers.app import make_celery
@@ -57,4 +58,5 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
     app.register_blueprint(api)
     app.register_blueprint(meta)
     init_pages(app)
+    init_metrics(app)
     return app

@@ -20,12 +20,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from clients.perplexity import PerplexityClient
 from config import Settings
 from models import make_engine, make_session_factory
-from workers.limiter import RateLimiter, scope_for
+from workers.limiter import LimiterTimeout, RateLimiter, scope_for
+from workers.signals import record_limiter_wait, record_throttled
 
 SIMULATOR_BASE = "http://simulator.invalid"
 SIMULATOR_KEY = "simulator-key"
 
 _lock = threading.Lock()
+# Its own lock: `get_context` holds `_lock` while building a context, which calls `embedded_redis`.
+_redis_lock = threading.Lock()
 _contexts: dict[int, WorkerContext] = {}
 _embedded_redis: Any = None
 
@@ -33,7 +36,7 @@ _embedded_redis: Any = None
 def embedded_redis() -> redis_lib.Redis:
     """The in-process Redis-compatible store of embedded mode (one per process, shared)."""
     global _embedded_redis  # noqa: PLW0603 - one store per process is the point
-    with _lock:
+    with _redis_lock:
         if _embedded_redis is None:
             import fakeredis  # noqa: PLC0415 - only embedded mode needs it
 
@@ -87,12 +90,18 @@ def build_context(settings: Settings) -> WorkerContext:
 
     def before_attempt(endpoint: str) -> None:
         ctx = ctx_ref[0]
-        limiter.acquire(
-            scope_for(key, endpoint), ctx.rate_for(endpoint), max_wait_s=settings.limiter_max_wait_s
-        )
+        try:
+            waited = limiter.acquire(
+                scope_for(key, endpoint), ctx.rate_for(endpoint), max_wait_s=settings.limiter_max_wait_s
+            )
+        except LimiterTimeout as exc:
+            record_limiter_wait(rds, endpoint, exc.waited, timed_out=True)
+            raise
+        record_limiter_wait(rds, endpoint, waited)
 
     def on_throttled(endpoint: str, wait_s: float) -> None:
         limiter.block(scope_for(key, endpoint), wait_s)
+        record_throttled(rds, endpoint)
 
     client = PerplexityClient(
         SIMULATOR_BASE if key is None else settings.perplexity_api_base,

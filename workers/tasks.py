@@ -16,6 +16,7 @@ from celery import Task, chord, current_app, shared_task
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from config.logging import bind
 from jobs.dispatch import forget_stale_dispatches, in_flight, mark_started, next_window
 from jobs.finalize import maybe_finalize
 from jobs.flows import Step, advance_question, stalled_questions
@@ -159,6 +160,7 @@ def run_item(self: Task, item_id: int) -> None:  # type: ignore[type-arg]
         claimed = claim_item(session, item_id, ctx.settings.lease_s)
     if claimed is None:
         return  # already done, running elsewhere, or skipped: a duplicate delivery is a no-op
+    bind(job_id=claimed.job_id)  # every log line of this item carries its job (signals unbind it)
     handler = HANDLERS.get(claimed.stage)
     outcome: Outcome
     if handler is None:

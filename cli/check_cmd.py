@@ -1,0 +1,239 @@
+"""`factgate check FILE`, `factgate ask QUESTION`, `factgate quote QUESTION`: run one job end to end.
+
+Embedded by default (this process runs the app and a worker on a SQLite file); `--server URL` or
+FACTGATE_URL sends the job to a factgate server instead. Either way the job goes through the API.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.errors import InputError
+from cli.render import answer_lines, claim_modes, claims_table, quote_lines, scorecard_lines
+from cli.run import announce, fetch_job, finish, wait
+from cli.target import Target, open_target, server_from, token_from
+
+MODES = ("ungrounded", "grounded", "both")
+DEFAULT_ROWS = 200
+
+
+def _server_options(fn: Any) -> Any:
+    fn = click.option(
+        "--token",
+        default=None,
+        metavar="TOKEN",
+        help="Bearer token for --server (default: FACTGATE_TOKEN).",
+    )(fn)
+    return click.option(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="Run on this factgate server (default: FACTGATE_URL; unset = embedded, in this process).",
+    )(fn)
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory, not a claims file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _kinds(data: bytes) -> dict[str, str]:
+    """Each claim's `kind` (stable/recent…) for the table; the server validates the file, not this."""
+    kinds: dict[str, str] = {}
+    for raw in data.splitlines():
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("kind"), str):
+            kinds[row["id"]] = row["kind"][:12]
+    return kinds
+
+
+def _command_line(*parts: str | None) -> str:
+    return "factgate " + " ".join(shlex.quote(p) for p in parts if p)
+
+
+@click.command()
+@click.argument("file", required=False, type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--mode", type=click.Choice(MODES), default="grounded", show_default=True)
+@click.option("--model", default=None, help="Decisions model (default pplx-decider-latest).")
+@click.option("--supported-min", type=float, default=None, help="Verdict cutoff (default 0.8).")
+@click.option("--contradicted-max", type=float, default=None, help="Verdict cutoff (default 0.2).")
+@click.option("--budget-usd", type=float, default=None, help="Stop sending requests past this spend.")
+@_server_options
+@click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the HTML report (embedded; default instance/reports/).",
+)
+@click.option("--rows", type=click.IntRange(0), default=DEFAULT_ROWS, show_default=True, help="Table rows.")
+def check(
+    *,
+    file: Path | None,
+    mode: str,
+    model: str | None,
+    supported_min: float | None,
+    contradicted_max: float | None,
+    budget_usd: float | None,
+    server: str | None,
+    token: str | None,
+    resume_id: str | None,
+    report_path: Path | None,
+    rows: int,
+) -> None:
+    """Check the claims in FILE (NDJSON: id, claim, optional label/kind/source) and print the verdicts.
+
+    Shows a progress bar, then one row per claim (probability and verdict per mode, flips), the
+    scorecard of each mode with acceptance, the job id and the report. Ctrl-C leaves the job saved;
+    the command prints how to resume it.
+    """
+    if file is None and resume_id is None:
+        raise InputError("give a claims FILE (or --resume JOB to continue an earlier check)")
+    data = _read_file(file) if file is not None else b""
+    srv = server_from(server)
+    options = {
+        "mode": mode,
+        "model": model,
+        "supported_min": supported_min,
+        "contradicted_max": contradicted_max,
+        "budget_usd": budget_usd,
+    }
+    with open_target(srv, token_from(token), run_worker=True) as target:
+        announce(target)
+        if resume_id is not None:
+            job = fetch_job(target, resume_id, "claims")
+        else:
+            job = target.client.submit_ndjson(data, kind="claims", options=options, input_name=str(file))
+            n = (job.get("request_counts") or {}).get("total", 0)
+            click.echo(f"job {job['id']}: {n} requests queued", err=True)
+        hint = _command_line("check", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
+        job = wait(target, job, resume_hint=hint)
+        finish(target, job, report_path=report_path, render=lambda: _claims_output(target, job, data, rows))
+
+
+def _srv(server: str | None) -> tuple[str, ...]:
+    return ("--server", server) if server else ()
+
+
+def _claims_output(target: Target, job: dict[str, Any], data: bytes, rows: int) -> list[str]:
+    results = target.client.results(str(job["id"]))
+    lines = claims_table(results, claim_modes(job), kinds=_kinds(data), limit=rows)
+    summary = job.get("summary")
+    if summary and summary.get("scorecards"):
+        lines.append("")
+        lines.extend(scorecard_lines(summary))
+    return lines
+
+
+def _question_command(
+    kind: str,
+    question: str,
+    *,
+    model: str | None,
+    server: str | None,
+    token: str | None,
+    resume_id: str | None,
+    report_path: Path | None,
+) -> None:
+    srv = server_from(server)
+    with open_target(srv, token_from(token), run_worker=True) as target:
+        announce(target)
+        if resume_id is not None:
+            job = fetch_job(target, resume_id, kind)
+        else:
+            if not question.strip():
+                raise InputError("the question must not be empty")
+            body = {
+                "kind": kind,
+                "options": {"model": model} if model else {},
+                "items": [{"id": "q1", "question": question}],
+            }
+            job = target.client.submit_json(body, input_name="the question")
+        command = "ask" if kind == "answer" else "quote"
+        hint = _command_line(command, question, "--resume", str(job["id"]), *_srv(srv))
+        job = wait(target, job, resume_hint=hint)
+        render = answer_lines if kind == "answer" else quote_lines
+
+        def output() -> list[str]:
+            lines: list[str] = []
+            for line in target.client.results(str(job["id"])):
+                lines.extend(render(line))
+            return lines
+
+        finish(target, job, report_path=report_path, render=output)
+
+
+def _question_options(fn: Any) -> Any:
+    fn = click.option(
+        "--report",
+        "report_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Where to write the HTML report (embedded; default instance/reports/).",
+    )(fn)
+    fn = click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")(
+        fn
+    )
+    fn = _server_options(fn)
+    return click.option("--model", default=None, help="Decisions model (default pplx-decider-latest).")(fn)
+
+
+@click.command()
+@click.argument("question")
+@_question_options
+def ask(
+    *,
+    question: str,
+    model: str | None,
+    server: str | None,
+    token: str | None,
+    resume_id: str | None,
+    report_path: Path | None,
+) -> None:
+    """Answer gate: ask the Agent API, score every sentence against its sources, re-check weak ones."""
+    _question_command(
+        "answer",
+        question,
+        model=model,
+        server=server,
+        token=token,
+        resume_id=resume_id,
+        report_path=report_path,
+    )
+
+
+@click.command()
+@click.argument("question")
+@_question_options
+def quote(
+    *,
+    question: str,
+    model: str | None,
+    server: str | None,
+    token: str | None,
+    resume_id: str | None,
+    report_path: Path | None,
+) -> None:
+    """Quote finder: search, rank each result's sentences, quote the one that answers (or say none does)."""
+    _question_command(
+        "quote",
+        question,
+        model=model,
+        server=server,
+        token=token,
+        resume_id=resume_id,
+        report_path=report_path,
+    )

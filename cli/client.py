@@ -1,0 +1,195 @@
+"""The CLI's client of factgate's HTTP API (/v1), over httpx.
+
+The same client talks to a remote server (`--server URL`) and to the app running in this process
+(embedded mode mounts the Flask app with `httpx.WSGITransport`), so `factgate check` exercises the
+exact validation, intake and status code of the API either way. API errors become one-line
+`CliError`s that name the line and field of a bad file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from cli.errors import CliError, InputError
+
+NDJSON = "application/x-ndjson"
+TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# Submissions can be large (up to 64 MB): the server may need a while to validate and store them.
+SUBMIT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+
+
+def _error_body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    err = body.get("error") if isinstance(body, dict) else None
+    return err if isinstance(err, dict) else {}
+
+
+class ApiClient:
+    """Thin wrapper: one method per endpoint the CLI uses; raises CliError/InputError."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        source: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        #: what `--server` said (shown in errors); the in-process app is "the local factgate"
+        self.where = source or self.base_url
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "factgate-cli"},
+            timeout=TIMEOUT,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- plumbing ----------------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.ConnectError as exc:
+            raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
+        except httpx.TimeoutException:
+            raise CliError(f"factgate at {self.where} did not answer in time ({method} {path})") from None
+        except httpx.HTTPError as exc:
+            raise CliError(f"talking to factgate at {self.where} failed: {_reason(exc)}") from None
+        if response.status_code >= 400:
+            self._raise(response, path)
+        return response
+
+    def _raise(self, response: httpx.Response, path: str, input_name: str | None = None) -> None:
+        status = response.status_code
+        err = _error_body(response)
+        message = str(err.get("message") or response.reason_phrase or f"HTTP {status}")
+        if status == 401:
+            raise InputError(
+                f"factgate at {self.where} rejected the token ({message}); pass --token or set "
+                "FACTGATE_TOKEN (an admin creates one with `factgate tokens create TENANT`)"
+            )
+        if status == 404 and "/jobs/" in path:
+            raise InputError(f"no such job at {self.where}: {message}")
+        if status == 404:
+            raise CliError(f"{self.where} does not look like a factgate server (404 on {path})")
+        if status in (400, 413, 415):
+            raise InputError(_input_message(err, message, input_name))
+        if status == 409:
+            raise CliError(message)
+        raise CliError(f"factgate at {self.where} answered HTTP {status}: {message}")
+
+    # --- endpoints ---------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """GET /healthz (503 is still an answer: the body says what is down)."""
+        try:
+            response = self._http.get("/healthz")
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
+        try:
+            body: dict[str, Any] = response.json()
+        except ValueError:
+            raise CliError(f"{self.where} does not look like a factgate server (/healthz)") from None
+        return body
+
+    def submit_ndjson(
+        self,
+        lines: Iterable[bytes] | bytes,
+        *,
+        kind: str,
+        options: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        input_name: str | None = None,
+    ) -> dict[str, Any]:
+        """POST /v1/jobs with an NDJSON body; options go in the query string."""
+        params = {"kind": kind, **{k: str(v) for k, v in options.items() if v is not None}}
+        headers = {"Content-Type": NDJSON}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        try:
+            response = self._http.post(
+                "/v1/jobs", params=params, content=lines, headers=headers, timeout=SUBMIT_TIMEOUT
+            )
+        except httpx.ConnectError as exc:
+            raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
+        except httpx.TimeoutException:
+            raise CliError(f"factgate at {self.where} did not answer the submission in time") from None
+        except httpx.HTTPError as exc:
+            raise CliError(f"submitting to factgate at {self.where} failed: {_reason(exc)}") from None
+        if response.status_code >= 400:
+            self._raise(response, "/v1/jobs", input_name)
+        job: dict[str, Any] = response.json()
+        return job
+
+    def submit_json(
+        self, body: Mapping[str, Any], *, idempotency_key: str | None = None, input_name: str | None = None
+    ) -> dict[str, Any]:
+        """POST /v1/jobs with a JSON body (`kind`, `options`, `items`)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        try:
+            response = self._http.post("/v1/jobs", json=dict(body), headers=headers, timeout=SUBMIT_TIMEOUT)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
+        if response.status_code >= 400:
+            self._raise(response, "/v1/jobs", input_name)
+        job: dict[str, Any] = response.json()
+        return job
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = self._send("GET", f"/v1/jobs/{job_id}").json()
+        return body
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = self._send("POST", f"/v1/jobs/{job_id}/cancel").json()
+        return body
+
+    def results(self, job_id: str) -> list[dict[str, Any]]:
+        """Every result line (NDJSON) of a job, parsed."""
+        return [json.loads(line) for line in self.iter_result_lines(job_id) if line.strip()]
+
+    def iter_result_lines(self, job_id: str, fmt: str = "ndjson") -> Iterator[str]:
+        """Result lines as the server streams them (NDJSON or CSV), for `results -o FILE`."""
+        path = f"/v1/jobs/{job_id}/results"
+        try:
+            with self._http.stream("GET", path, params={"format": fmt}) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._raise(response, path)
+                yield from response.iter_lines()
+        except httpx.HTTPError as exc:
+            raise CliError(f"reading results from factgate at {self.where} failed: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.split("\n", 1)[0]
+
+
+def _input_message(err: Mapping[str, Any], message: str, input_name: str | None) -> str:
+    """A bad submission: row problems name the file, then the first problem's line and field and the count;
+    anything else (an option, the body's size or type) is the server's message as it is."""
+    errors = err.get("errors")
+    if not (input_name and isinstance(errors, list) and errors and isinstance(errors[0], dict)):
+        return message
+    first = str(errors[0].get("message") or message)
+    where = f"{input_name} " if first.startswith(("line ", "items[")) else f"{input_name}: "
+    total = len(errors)
+    count = "" if total == 1 else f"{total} problems in all; "
+    return f"{where}{first} ({count}nothing was stored)"

@@ -1,0 +1,80 @@
+"""Waiting for a job with a rich progress bar: items done of total, rate, ETA, elapsed.
+
+Progress comes from the job's `request_counts` (GET /v1/jobs/{id}), the same numbers the API and the
+job page show. The bar goes to stderr so stdout holds only results; when stderr is not a terminal,
+rich draws nothing live and the command stays quiet until the results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+ENDED = ("completed", "cancelled", "failed")
+
+
+class RateColumn(ProgressColumn):
+    """Items per second over rich's moving window (what the ETA is computed from)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.speed
+        if speed is None:
+            return Text("-- items/s", style="progress.data.speed")
+        return Text(f"{speed:.1f} items/s", style="progress.data.speed")
+
+
+def finished_count(job: dict[str, Any]) -> tuple[int, int]:
+    """(items finished, items in total) from a job status object."""
+    counts = job.get("request_counts") or {}
+    total = int(counts.get("total") or 0)
+    done = (
+        int(counts.get("completed") or 0) + int(counts.get("failed") or 0) + int(counts.get("skipped") or 0)
+    )
+    return done, total
+
+
+def wait_for_job(
+    fetch: Callable[[], dict[str, Any]],
+    *,
+    label: str,
+    console: Console,
+    interval: float = 0.25,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Poll `fetch()` until the job has ended; returns its last status object."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        RateColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, speed_estimate_period=10.0) as progress:
+        task = progress.add_task(label, total=None)
+        while True:
+            job = fetch()
+            done, total = finished_count(job)
+            progress.update(
+                task, total=total or None, completed=done, description=f"{label} {job.get('status', '')}"
+            )
+            if job.get("status") in ENDED:
+                return job
+            sleep(interval)

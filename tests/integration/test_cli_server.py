@@ -1,0 +1,172 @@
+"""The CLI as the HTTP client of a real server: `factgate serve` (gunicorn), `factgate worker` and
+`factgate beat` as subprocesses on a fresh Postgres database and Redis, the simulator over HTTP with a key.
+
+Needs PostgreSQL and Redis (fails under CI=true when they are missing, see tests/services.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis as redis_lib
+
+from simulator.config import SimConfig
+from simulator.server import run_in_thread
+from tests.integration.test_cli_helpers import (
+    EXAMPLE_CLAIMS,
+    FACTGATE,
+    background,
+    clean_env,
+    factgate,
+    free_port,
+    wait_for,
+)
+from tests.services import create_pg_database, drop_pg_database, unavailable
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REDIS_DB_URL = "redis://127.0.0.1:6379/11"
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    env: dict[str, str]  # talks to the server (FACTGATE_URL, FACTGATE_TOKEN)
+    logs: Path
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    try:
+        db_url = create_pg_database("factgate_cli")
+    except Exception as exc:
+        unavailable("PostgreSQL", exc)
+        raise
+    rds = redis_lib.Redis.from_url(REDIS_DB_URL)
+    try:
+        rds.flushdb()
+    except Exception as exc:
+        drop_pg_database(db_url)
+        unavailable("Redis", exc)
+        raise
+    tmp = tmp_path_factory.mktemp("cli-server")
+    port = free_port()
+    try:
+        with run_in_thread(SimConfig(decisions_rps=0)) as sim:
+            env = clean_env(
+                DATABASE_URL=db_url,
+                REDIS_URL=REDIS_DB_URL,
+                PERPLEXITY_API_KEY="sim-test-key-123456",
+                PERPLEXITY_API_BASE=sim.base_url,
+                FACTGATE_SWEEP_INTERVAL_S="1",
+                FACTGATE_INSTANCE_PATH=str(tmp / "instance"),
+            )
+            migrated = factgate("db", "upgrade", env=env)
+            assert migrated.returncode == 0, migrated.stderr
+            argv_web = [FACTGATE, "serve", "--port", str(port), "--workers", "1"]
+            argv_worker = [FACTGATE, "worker", "-c", "4", "--without-mingle", "--without-gossip"]
+            argv_beat = [FACTGATE, "beat", "--schedule", str(tmp / "beat-schedule")]
+            with (
+                background(argv_web, env, tmp / "web.log"),
+                background(argv_worker, env, tmp / "worker.log"),
+                background(argv_beat, env, tmp / "beat.log"),
+            ):
+                base = f"http://127.0.0.1:{port}"
+                wait_for(lambda: httpx.get(f"{base}/healthz").status_code == 200, timeout=60, what="web",
+                         log=tmp / "web.log")  # fmt: skip
+                wait_for(lambda: " ready." in (tmp / "worker.log").read_text(), timeout=60, what="worker",
+                         log=tmp / "worker.log")  # fmt: skip
+                created = factgate("tokens", "create", "cli-test", env=env)
+                assert created.returncode == 0, created.stderr
+                token = created.stdout.strip()
+                yield Server(base, token, {**env, "FACTGATE_URL": base, "FACTGATE_TOKEN": token}, tmp)
+    finally:
+        redis_lib.Redis.from_url(REDIS_DB_URL).flushdb()
+        drop_pg_database(db_url)
+
+
+def test_check_against_a_server_prints_the_results_and_the_job_page(server: Server) -> None:
+    args = ("check", str(EXAMPLE_CLAIMS), "--mode", "both", "--server", server.url, "--token", server.token)
+    run = factgate(*args, env=clean_env())
+    assert run.returncode == 0, run.stderr + server.log_text()[-3000:]
+    lines = run.stdout.splitlines()
+    assert len([line for line in lines[1:] if line[:1] in "sr" and line[1:3].isdigit()]) == 24
+    assert any(line.startswith("grounded   correct 24/24") for line in lines)
+    job_line = next(line for line in lines if line.startswith("job "))
+    job_id = job_line.split()[1]
+    assert "completed: 48 of 48 requests done" in job_line
+    assert f"report: {server.url}/jobs/{job_id}" in lines
+    # A real key (here the simulator's, over HTTP) means no simulator note.
+    assert not any(line.startswith("note:") for line in lines)
+    assert f"factgate at {server.url}" in run.stderr
+
+
+def test_submit_status_results_and_idempotency(server: Server, tmp_path: Path) -> None:
+    first = factgate(
+        "submit", str(EXAMPLE_CLAIMS), "--mode", "grounded", "--idempotency-key", "k-1", env=server.env
+    )
+    assert first.returncode == 0, first.stderr
+    job_id = first.stdout.strip()
+    again = factgate(
+        "submit", str(EXAMPLE_CLAIMS), "--mode", "grounded", "--idempotency-key", "k-1", env=server.env
+    )
+    assert again.stdout.strip() == job_id  # the same key returns the same job
+    wait_for(lambda: "completed" in factgate("status", job_id, env=server.env).stdout, timeout=90, what="job")
+    status = factgate("status", job_id, env=server.env)
+    assert status.stdout.splitlines()[0] == (
+        f"job {job_id} claims completed: 24 of 24 requests done, 0 failed, 0 skipped, 0 to go; "
+        + status.stdout.splitlines()[0].split("0 to go; ", 1)[1]
+    )
+    assert f"page: {server.url}/jobs/{job_id}" in status.stdout
+    out = tmp_path / "r.ndjson"
+    got = factgate("results", job_id, "-o", str(out), env=server.env)
+    assert got.returncode == 0 and "wrote 24 lines" in got.stderr
+    assert {json.loads(line)["custom_id"] for line in out.read_text().splitlines()} >= {"s01", "r16"}
+
+
+def test_cancel_a_running_job(server: Server) -> None:
+    submitted = factgate("submit", str(EXAMPLE_CLAIMS), "--mode", "both", env=server.env)
+    job_id = submitted.stdout.strip()
+    cancel = factgate("cancel", job_id, env=server.env)
+    if cancel.returncode == 1:  # it finished first (48 requests at 10/s is a few seconds)
+        assert "only a queued or running job can be cancelled" in cancel.stderr
+        return
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.startswith(f"job {job_id} claims cancell")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = json.loads(factgate("status", job_id, "--json", env=server.env).stdout)
+        if status["status"] == "cancelled":
+            break
+        time.sleep(0.5)
+    assert status["status"] == "cancelled"
+
+
+def test_errors_against_a_server(server: Server, tmp_path: Path) -> None:
+    bad_token = factgate("status", "x", env={**server.env, "FACTGATE_TOKEN": "fg_wrong"})
+    assert bad_token.returncode == 2
+    assert bad_token.stderr.startswith(f"error: factgate at {server.url} rejected the token")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "claim": "ok"}\n{"id": "a", "claim": "dup"}\n')
+    dup = factgate("submit", str(bad), env=server.env)
+    assert dup.returncode == 2 and dup.stderr.startswith(f"error: {bad} line 2: ")
+    assert "duplicate" in dup.stderr
+    unknown = factgate("status", "00000000-0000-0000-0000-000000000000", env=server.env)
+    assert unknown.returncode == 2 and "no such job" in unknown.stderr
+    gone = factgate("status", "x", env={**server.env, "FACTGATE_URL": f"http://127.0.0.1:{free_port()}"})
+    assert gone.returncode == 1 and "cannot reach factgate" in gone.stderr
+
+
+def test_beat_schedules_the_sweeper(server: Server) -> None:
+    wait_for(lambda: "factgate.sweep" in (server.logs / "worker.log").read_text(), timeout=30, what="a sweep")
+    assert "beat: Starting" in (server.logs / "beat.log").read_text()

@@ -1,0 +1,158 @@
+"""Celery signal handlers (log context, worker logging) and the worker-side metrics kept in Redis.
+
+Log context: each task binds the ids it carries — `item_id` for `run_item`, `job_id` for the job-level
+tasks — before it runs and unbinds after, so every record logged while it runs names them
+(config/logging.py). Worker processes log through factgate's structured handler instead of Celery's.
+
+Metrics: the web process serves /metrics, but limiter waits and 429s happen in worker processes on
+other machines. They are counted in Redis (the same store the limiter uses, so embedded mode's
+in-process store works too) and web/metrics.py reads them back. A failed write is logged and
+ignored: a metric must never fail an upstream call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis as redis_lib
+from celery import signals
+
+from config.logging import bind, configure_logging, unbind
+
+log = logging.getLogger("factgate.workers")
+
+METRICS_KEY = "factgate:metrics:limiter"
+# Upper bounds (seconds) of the limiter-wait histogram; +Inf is implied.
+WAIT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+JOB_TASKS = ("factgate.start_job", "factgate.after_window")
+ITEM_TASKS = ("factgate.run_item",)
+
+_tokens: dict[str, contextvars.Token[Mapping[str, str]]] = {}
+_tokens_lock = threading.Lock()
+
+
+# --- log context per task ------------------------------------------------------------------------------
+
+
+def task_log_fields(task_name: str, args: Any) -> dict[str, object]:
+    """The ids a task's arguments carry (tasks take ids, never objects)."""
+    first = args[0] if isinstance(args, list | tuple) and args else None
+    if first is None:
+        return {}
+    if task_name in ITEM_TASKS:
+        return {"item_id": first}
+    if task_name in JOB_TASKS:
+        return {"job_id": first}
+    return {}
+
+
+@signals.task_prerun.connect
+def _bind_task_ids(task_id: str | None = None, task: Any = None, args: Any = None, **_: Any) -> None:
+    if task_id is None or task is None:
+        return
+    fields = task_log_fields(getattr(task, "name", ""), args)
+    token = bind(**fields)
+    with _tokens_lock:
+        _tokens[task_id] = token
+
+
+@signals.task_postrun.connect
+def _unbind_task_ids(task_id: str | None = None, **_: Any) -> None:
+    if task_id is None:
+        return
+    with _tokens_lock:
+        token = _tokens.pop(task_id, None)
+    if token is not None:
+        # Postrun in another context than prerun leaves nothing of ours to undo there.
+        with contextlib.suppress(ValueError, RuntimeError):
+            unbind(token)
+
+
+@signals.setup_logging.connect
+def _worker_logging(loglevel: Any = None, **_: Any) -> None:
+    """Worker processes log structured lines (a receiver here also stops Celery's own setup)."""
+    configure_logging(loglevel if loglevel else None)
+
+
+# --- limiter metrics in Redis --------------------------------------------------------------------------
+
+
+def _bucket_field(endpoint: str, bound: float) -> str:
+    return f"{endpoint}|le|{bound:g}"
+
+
+def record_limiter_wait(
+    store: redis_lib.Redis, endpoint: str, waited_s: float, *, timed_out: bool = False
+) -> None:
+    """Count one limiter acquisition (seconds waited for a slot) for the histogram in /metrics."""
+    waited = max(0.0, float(waited_s))
+    try:
+        pipe = store.pipeline(transaction=False)
+        pipe.hincrby(METRICS_KEY, f"{endpoint}|count", 1)
+        pipe.hincrbyfloat(METRICS_KEY, f"{endpoint}|sum", waited)
+        for bound in WAIT_BUCKETS:
+            if waited <= bound:
+                pipe.hincrby(METRICS_KEY, _bucket_field(endpoint, bound), 1)
+                break  # cumulative counts are summed when read: one write per call
+        if timed_out:
+            pipe.hincrby(METRICS_KEY, f"{endpoint}|timeouts", 1)
+        pipe.execute()
+    except Exception:
+        log.warning("could not record a limiter wait metric", exc_info=True)
+
+
+def record_throttled(store: redis_lib.Redis, endpoint: str) -> None:
+    """Count one upstream 429 that blocked the endpoint's scope for every worker."""
+    try:
+        store.hincrby(METRICS_KEY, f"{endpoint}|throttled", 1)
+    except Exception:
+        log.warning("could not record a 429 metric", exc_info=True)
+
+
+@dataclass
+class EndpointWaits:
+    """What the Redis hash holds for one endpoint, with cumulative buckets as Prometheus wants."""
+
+    count: int = 0
+    sum_s: float = 0.0
+    timeouts: int = 0
+    throttled: int = 0
+    buckets: dict[float, int] = field(default_factory=dict)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        running = 0
+        for bound in WAIT_BUCKETS:
+            running += self.buckets.get(bound, 0)
+            out.append((f"{bound:g}", running))
+        out.append(("+Inf", self.count))
+        return out
+
+
+def read_limiter_metrics(store: redis_lib.Redis) -> dict[str, EndpointWaits]:
+    """Per endpoint: acquisitions, seconds waited, per-bucket counts, timeouts and 429 blocks."""
+    raw: dict[bytes | str, bytes | str] = store.hgetall(METRICS_KEY)
+    by_endpoint: dict[str, EndpointWaits] = {}
+    bounds = {f"{b:g}": b for b in WAIT_BUCKETS}
+    for key_raw, value_raw in raw.items():
+        key = key_raw.decode() if isinstance(key_raw, bytes) else key_raw
+        value = value_raw.decode() if isinstance(value_raw, bytes) else value_raw
+        endpoint, _, what = key.partition("|")
+        entry = by_endpoint.setdefault(endpoint, EndpointWaits())
+        if what == "count":
+            entry.count = int(value)
+        elif what == "sum":
+            entry.sum_s = float(value)
+        elif what == "timeouts":
+            entry.timeouts = int(value)
+        elif what == "throttled":
+            entry.throttled = int(value)
+        elif what.startswith("le|") and what[3:] in bounds:
+            entry.buckets[bounds[what[3:]]] = int(value)
+    return by_endpoint
