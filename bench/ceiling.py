@@ -92,7 +92,7 @@ def main() -> None:
     rate = args.claims / elapsed
     total_cpu = sum(cpu.values())
     print(
-        f"ceiling: {args.claims} {args.mode} claims, simulator unlimited with no latency, worker threads {args.concurrency}"
+        f"ceiling: {args.claims} {args.mode} claims, simulator unlimited with no latency, {args.workers} worker process(es) x {args.concurrency} threads"
     )
     print(f"  job status            {status['status']}  {counts}")
     print(f"  submit → 202          {t_accepted:.2f} s")
