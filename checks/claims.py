@@ -15,7 +15,7 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 
 from checks import pricing
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
-from checks.ndjson import feed_ndjson
+from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, RowError, Unit, feed_ndjson
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -62,11 +62,8 @@ DEFAULT_MAX_CLAIM_BYTES = 4_096  # the search sees at most 237 bytes of a claim;
 MAX_ID_CHARS = 200  # ids come back in every result line and are stored beside each item
 MAX_KIND_CHARS = 64
 MAX_SOURCE_CHARS = 2_048
-MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
 ALLOWED_FIELDS: Final = ("id", "claim", "label", "kind", "source")
 _ALLOWED = frozenset(ALLOWED_FIELDS)
-
-Unit = Literal["line", "item"]
 
 
 class ClaimRow(NamedTuple):
@@ -78,25 +75,6 @@ class ClaimRow(NamedTuple):
     label: bool | None = None
     kind: str | None = None
     source: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RowError:
-    """One problem with the batch. `line` is 1-based (a line of NDJSON or an item of a JSON array) and
-    None for problems with the batch as a whole; `field` is None when the row as a whole is wrong."""
-
-    line: int | None
-    field: str | None
-    message: str
-    unit: Unit = "line"
-
-    def __str__(self) -> str:
-        where = f"{self.unit} {self.line}: " if self.line is not None else ""
-        what = f'field "{self.field}": ' if self.field is not None else ""
-        return f"{where}{what}{self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "field": self.field, "message": self.message, "unit": self.unit}
 
 
 class ClaimsValidationError(ValueError):
@@ -143,34 +121,15 @@ def _string_problem(value: str, max_chars: int) -> str | None:
     return None
 
 
-class _Checker:
-    """Validates rows one at a time, keeping ids seen and the first errors. Shared by both intakes."""
+class _Checker(RowCollector):
+    """Validates claim rows one at a time. Shared by both intakes (NDJSON lines, JSON items)."""
 
     def __init__(self, *, max_rows: int, max_claim_bytes: int, unit: Unit) -> None:
-        if max_rows < 1 or max_claim_bytes < 1:
-            raise ValueError("max_rows and max_claim_bytes must be at least 1")
-        self.max_rows = max_rows
+        if max_claim_bytes < 1:
+            raise ValueError("max_claim_bytes must be at least 1")
+        super().__init__(max_rows=max_rows, unit=unit, noun="claims")
         self.max_claim_bytes = max_claim_bytes
-        self.unit: Unit = unit
         self.rows: list[ClaimRow] = []
-        self.errors: list[RowError] = []
-        self.more = 0
-        self.seen: dict[str, int] = {}  # id -> the line it first appeared on
-        self.count = 0  # rows looked at, valid or not
-
-    def fail(self, line: int | None, field: str | None, message: str) -> None:
-        if len(self.errors) < MAX_ERRORS_KEPT:
-            self.errors.append(RowError(line, field, message, self.unit))
-        else:
-            self.more += 1
-
-    def over_limit(self, line: int) -> bool:
-        """Count a row; once past the limit record one error and tell the caller to stop reading."""
-        self.count += 1
-        if self.count > self.max_rows:
-            self.fail(line, None, f"too many claims: the limit is {self.max_rows:,} per batch")
-            return True
-        return False
 
     def check(self, line: int, obj: object) -> None:
         if type(obj) is dict and self._accept_plain(line, obj):

@@ -10,7 +10,61 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
+
+Unit = Literal["line", "item"]
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    """One problem with the batch. `line` is 1-based (a line of NDJSON or an item of a JSON array) and
+    None for problems with the batch as a whole; `field` is None when the row as a whole is wrong."""
+
+    line: int | None
+    field: str | None
+    message: str
+    unit: Unit = "line"
+
+    def __str__(self) -> str:
+        where = f"{self.unit} {self.line}: " if self.line is not None else ""
+        what = f'field "{self.field}": ' if self.field is not None else ""
+        return f"{where}{what}{self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "field": self.field, "message": self.message, "unit": self.unit}
+
+
+class RowCollector:
+    """What every row validator keeps: the first errors (and a count of the rest), ids seen, rows looked at,
+    and the row limit. `noun` names the rows in the limit message ("claims", "questions")."""
+
+    def __init__(self, *, max_rows: int, unit: Unit, noun: str) -> None:
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
+        self.max_rows = max_rows
+        self.unit: Unit = unit
+        self.noun = noun
+        self.errors: list[RowError] = []
+        self.more = 0
+        self.seen: dict[str, int] = {}  # id -> the line it first appeared on
+        self.count = 0  # rows looked at, valid or not
+
+    def fail(self, line: int | None, field: str | None, message: str) -> None:
+        if len(self.errors) < MAX_ERRORS_KEPT:
+            self.errors.append(RowError(line, field, message, self.unit))
+        else:
+            self.more += 1
+
+    def over_limit(self, line: int) -> bool:
+        """Count a row; once past the limit record one error and tell the caller to stop reading."""
+        self.count += 1
+        if self.count > self.max_rows:
+            self.fail(line, None, f"too many {self.noun}: the limit is {self.max_rows:,} per batch")
+            return True
+        return False
 
 
 class RowSink(Protocol):

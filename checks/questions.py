@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
-from checks.claims import ClaimsValidationError, RowError, Unit
-from checks.ndjson import feed_ndjson
+from checks.claims import ClaimsValidationError
+from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, Unit, feed_ndjson
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -31,7 +31,6 @@ MAX_QUESTION_BYTES: Final = 2_000
 # Child items get ids like "<id>:s12" or "<id>:compare" in a 200-character column; 160 leaves room.
 MAX_QUESTION_ID_CHARS: Final = 160
 DEFAULT_MAX_QUESTIONS: Final = 10_000
-MAX_ERRORS_KEPT: Final = 100
 
 
 class QuestionRow(NamedTuple):
@@ -62,30 +61,12 @@ def _text_problem(value: str) -> str | None:
     return None
 
 
-class _Checker:
+class _Checker(RowCollector):
+    """Validates question rows one at a time."""
+
     def __init__(self, *, max_rows: int, unit: Unit) -> None:
-        if max_rows < 1:
-            raise ValueError("max_rows must be at least 1")
-        self.max_rows = max_rows
-        self.unit: Unit = unit
+        super().__init__(max_rows=max_rows, unit=unit, noun="questions")
         self.rows: list[QuestionRow] = []
-        self.errors: list[RowError] = []
-        self.more = 0
-        self.seen: dict[str, int] = {}
-        self.count = 0
-
-    def fail(self, line: int | None, field: str | None, message: str) -> None:
-        if len(self.errors) < MAX_ERRORS_KEPT:
-            self.errors.append(RowError(line, field, message, self.unit))
-        else:
-            self.more += 1
-
-    def over_limit(self, line: int) -> bool:
-        self.count += 1
-        if self.count > self.max_rows:
-            self.fail(line, None, f"too many questions: the limit is {self.max_rows:,} per batch")
-            return True
-        return False
 
     def check(self, line: int, obj: object) -> None:
         if not isinstance(obj, dict):
