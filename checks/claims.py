@@ -6,7 +6,6 @@ Nothing here does I/O; jobs/ stores what these functions return and workers/ sen
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -15,7 +14,7 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 
 from checks import pricing
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
-from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, RowError, Unit, feed_ndjson
+from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, RowError, Unit, feed_ndjson, show_value
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -96,17 +95,8 @@ class ClaimsValidationError(ValueError):
         return {"errors": [e.as_dict() for e in self.errors], "more": self.more, "total": self.total}
 
 
-def _show(value: object) -> str:
-    """A value as the caller wrote it, in JSON, short enough for an error line."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
 def _not_a_string(value: object) -> str:
-    return "is required" if value is None else f"must be a string, got {_show(value)}"
+    return "is required" if value is None else f"must be a string, got {show_value(value)}"
 
 
 def _string_problem(value: str, max_chars: int) -> str | None:
@@ -173,14 +163,9 @@ class _Checker(RowCollector):
         return True
 
     def _check_slowly(self, line: int, obj: object) -> None:
+        ok = self.known_fields(line, obj, ALLOWED_FIELDS)
         if not isinstance(obj, dict):
-            self.fail(line, None, f"must be a JSON object, got {_show(obj)}")
             return
-        ok = True
-        for key in obj:
-            if key not in _ALLOWED:
-                self.fail(line, str(key), f"unknown field (allowed: {', '.join(ALLOWED_FIELDS)})")
-                ok = False
 
         good_id: str | None = None
         good_claim: str | None = None
@@ -195,7 +180,7 @@ class _Checker(RowCollector):
             self.fail(line, "id", problem)
             ok = False
         elif (first := self.seen.get(row_id)) is not None:
-            self.fail(line, "id", f"duplicate id {_show(row_id)} (first on {self.unit} {first})")
+            self.fail(line, "id", f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
             ok = False
         else:
             self.seen[row_id] = line
@@ -226,7 +211,7 @@ class _Checker(RowCollector):
 
         label = obj.get("label")
         if label is not None and not isinstance(label, bool):
-            self.fail(line, "label", f"must be true or false, got {_show(label)}")
+            self.fail(line, "label", f"must be true or false, got {show_value(label)}")
             ok = False
 
         optional: dict[str, str | None] = {}
@@ -235,7 +220,7 @@ class _Checker(RowCollector):
             if value is None:
                 optional[field] = None
             elif not isinstance(value, str):
-                self.fail(line, field, f"must be a string, got {_show(value)}")
+                self.fail(line, field, f"must be a string, got {show_value(value)}")
                 ok = False
             elif problem := _string_problem(value, limit):
                 self.fail(line, field, problem)

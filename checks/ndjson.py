@@ -9,7 +9,7 @@ its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -37,6 +37,15 @@ class RowError:
         return {"line": self.line, "field": self.field, "message": self.message, "unit": self.unit}
 
 
+def show_value(value: object) -> str:
+    """A value as the caller wrote it, in JSON, short enough for an error line."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 class RowCollector:
     """What every row validator keeps: the first errors (and a count of the rest), ids seen, rows looked at,
     and the row limit. `noun` names the rows in the limit message ("claims", "questions")."""
@@ -58,6 +67,18 @@ class RowCollector:
         else:
             self.more += 1
 
+    def known_fields(self, line: int, obj: object, allowed: Collection[str]) -> bool:
+        """Whether `obj` is a JSON object with only `allowed` keys; every problem is recorded."""
+        if not isinstance(obj, dict):
+            self.fail(line, None, f"must be a JSON object, got {show_value(obj)}")
+            return False
+        ok = True
+        for key in obj:
+            if key not in allowed:
+                self.fail(line, str(key), f"unknown field (allowed: {', '.join(allowed)})")
+                ok = False
+        return ok
+
     def over_limit(self, line: int) -> bool:
         """Count a row; once past the limit record one error and tell the caller to stop reading."""
         self.count += 1
@@ -71,6 +92,18 @@ class RowSink(Protocol):
     """What a kind's validator offers to the line reader."""
 
     def fail(self, line: int | None, field: str | None, message: str) -> None: ...
+
+    def known_fields(self, line: int, obj: object, allowed: Collection[str]) -> bool:
+        """Whether `obj` is a JSON object with only `allowed` keys; every problem is recorded."""
+        if not isinstance(obj, dict):
+            self.fail(line, None, f"must be a JSON object, got {show_value(obj)}")
+            return False
+        ok = True
+        for key in obj:
+            if key not in allowed:
+                self.fail(line, str(key), f"unknown field (allowed: {', '.join(allowed)})")
+                ok = False
+        return ok
 
     def over_limit(self, line: int) -> bool: ...
 

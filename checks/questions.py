@@ -7,12 +7,11 @@ Validated all or nothing, like claims (SPEC §2's rule carries over): every bad 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
 from checks.claims import ClaimsValidationError
-from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, Unit, feed_ndjson
+from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, Unit, feed_ndjson, show_value
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -42,14 +41,6 @@ class QuestionsValidationError(ClaimsValidationError):
     """The batch of questions is rejected whole; `errors` name each bad row."""
 
 
-def _show(value: object) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
 def _text_problem(value: str) -> str | None:
     """What Postgres or JSON cannot store: NUL, unpaired surrogates."""
     if "\x00" in value:
@@ -69,19 +60,14 @@ class _Checker(RowCollector):
         self.rows: list[QuestionRow] = []
 
     def check(self, line: int, obj: object) -> None:
+        ok = self.known_fields(line, obj, ALLOWED_FIELDS)
         if not isinstance(obj, dict):
-            self.fail(line, None, f"must be a JSON object, got {_show(obj)}")
             return
-        ok = True
-        for key in obj:
-            if key not in ALLOWED_FIELDS:
-                self.fail(line, str(key), f"unknown field (allowed: {', '.join(ALLOWED_FIELDS)})")
-                ok = False
         row_id = obj.get("id")
         good_id: str | None = None
         if not isinstance(row_id, str):
             self.fail(
-                line, "id", "is required" if row_id is None else f"must be a string, got {_show(row_id)}"
+                line, "id", "is required" if row_id is None else f"must be a string, got {show_value(row_id)}"
             )
             ok = False
         elif not row_id.strip():
@@ -97,7 +83,7 @@ class _Checker(RowCollector):
             self.fail(line, "id", f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}")
             ok = False
         elif (first := self.seen.get(row_id)) is not None:
-            self.fail(line, "id", f"duplicate id {_show(row_id)} (first on {self.unit} {first})")
+            self.fail(line, "id", f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
             ok = False
         else:
             self.seen[row_id] = line
@@ -108,7 +94,7 @@ class _Checker(RowCollector):
             self.fail(
                 line,
                 "question",
-                "is required" if question is None else f"must be a string, got {_show(question)}",
+                "is required" if question is None else f"must be a string, got {show_value(question)}",
             )
             ok = False
         elif not question.strip():
