@@ -8,10 +8,13 @@ PYTHON ?= python3
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
+# pip and the build backend talk a lot (setuptools' notes on editable installs, this machine's index
+# settings); the whole log is kept in $(VENV)/install.log and printed only when the install fails.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@echo "installing factgate and its dev tools into $(VENV) (log: $(VENV)/install.log)"
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[dev]'; } > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "install failed; the log is $(VENV)/install.log" >&2; exit 1; }
 	@touch $@
 
 install: $(VENV)/.installed ## create the virtual environment and install factgate with dev tools

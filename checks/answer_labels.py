@@ -1,5 +1,6 @@
-"""The answer gate's label policy (SPEC §3): our code, not the model, turns one sentence's probabilities
-into a label. The cutoffs are starting points from the reference recipe, not tuned production values.
+"""The answer gate's label policy (docs/spec.md §3): our code, not the model, turns one sentence's
+probabilities into a label. The cutoffs are starting points from the reference recipe, not tuned production
+values.
 
 Rules, first match wins; comparisons use the unrounded probabilities, rule texts print three decimals
 (so 0.6999 prints as 0.700 and is still `weak`).

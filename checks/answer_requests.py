@@ -1,5 +1,5 @@
-"""Request bodies for the answer gate (SPEC §3): the Agent API calls that write and rewrite the answer,
-and the one Decisions request per sentence that scores it against the passages it cites.
+"""Request bodies for the answer gate (docs/spec.md §3): the Agent API calls that write and rewrite the
+answer, and the one Decisions request per sentence that scores it against the passages it cites.
 
 Nothing here sends anything: jobs/ and workers/ post these bodies through clients/. The instruction and
 question texts are part of the contract, since changing a word changes the probabilities.

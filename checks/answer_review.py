@@ -1,5 +1,5 @@
-"""After labelling (SPEC §3): which sentences go back to the Agent API, what each investigation decided,
-the final answer the report shows, and the job summary.
+"""After labelling (docs/spec.md §3): which sentences go back to the Agent API, what each investigation
+decided, the final answer the report shows, and the job summary.
 
 These functions work on plain records so that jobs/ can rebuild them from stored items at any time: a
 finished job, or one whose investigation failed, which still gets a report of everything completed.

@@ -1,4 +1,4 @@
-"""Split an Agent API answer into sentences and read each sentence's `[n]` citation markers (SPEC §3).
+"""Split an Agent API answer into sentences and read each sentence's `[n]` citation markers (docs/spec.md §3).
 
 Every sentence is scored on its own, so the splitter decides what one Decisions request sees. It is built
 for the plain prose the answer instructions ask for, and it never drops text: every non-space character

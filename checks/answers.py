@@ -1,6 +1,6 @@
-"""The `answer` job kind's pure core (SPEC §3), the answer gate: ask the Agent API, score every sentence of
-the answer against the passages it cites, send flagged sentences back for another search, and keep only
-what the sources support. This module is the one import point; the parts live in `checks/answer_*.py`:
+"""The `answer` job kind's pure core (docs/spec.md §3), the answer gate: ask the Agent API, score every
+sentence of the answer against the passages it cites, send flagged sentences back for another search, and keep
+only what the sources support. This module is the one import point; the parts live in `checks/answer_*.py`:
 
 - `answer_split`: sentences and their `[n]` markers;
 - `answer_requests`: Agent API and Decisions request bodies, markers -> cited passages;

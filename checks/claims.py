@@ -1,4 +1,4 @@
-"""The `claims` job kind as pure rules (SPEC §2): validate the input rows, build the Decisions request
+"""The `claims` job kind as pure rules (docs/spec.md §2): validate the input rows, build the Decisions request
 for one claim in one mode, turn a probability into a verdict, and score a run against its labels.
 
 Nothing here does I/O; jobs/ stores what these functions return and workers/ sends the bodies.
@@ -370,9 +370,9 @@ def verdict(
 
 # --- scorecard -----------------------------------------------------------------------------------------
 
-# Acceptance bounds (SPEC §2), all inclusive: no false claim marked supported, at most 5 % of the labelled
-# claims true-but-contradicted, at most 25 % of them sent to review. Rates as Decimal so 1 of 20 is
-# exactly 5 %.
+# Acceptance bounds (docs/spec.md §2), all inclusive: no false claim marked supported, at most 5 % of the
+# labelled claims true-but-contradicted, at most 25 % of them sent to review. Rates as Decimal so 1 of 20
+# is exactly 5 %.
 MAX_MISSED_FAILURES = 0
 MAX_FALSE_CONTRADICTION_RATE = 0.05
 MAX_REVIEW_RATE = 0.25
@@ -397,7 +397,7 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Scorecard:
-    """Every figure of SPEC §2 for one mode. See `scorecard` for what each count covers."""
+    """Every figure of docs/spec.md §2 for one mode. See `scorecard` for what each count covers."""
 
     mode: Mode
     model: str

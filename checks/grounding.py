@@ -4,7 +4,7 @@ factgate sends: a string `state` and one `noul` question with plain instructions
 Why we mirror it: the search only sees the question text and the *start* of the state, 256 bytes of
 normalised UTF-8 in all. A claim that does not fit is searched for by whatever text sits in front of it,
 and the answer then rests on evidence about the wrong thing. Knowing the query before sending lets us flag
-those claims in the job summary (SPEC §1, §2). Shapes we have not ported (criteria, choice and score
+those claims in the job summary (docs/spec.md §1, §2). Shapes we have not ported (criteria, choice and score
 questions, object or array state) raise `ValueError` rather than guess.
 """
 

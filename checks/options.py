@@ -117,8 +117,8 @@ QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd"})
 class QuestionsOptions:
     """Options of an `answer` or `quote` job: the Decisions model and an optional budget.
 
-    The cutoffs of both checks (label cutoffs, COMPARE_MIN / QUOTE_MIN) are fixed by SPEC §3-§4 and are
-    not options: the recorded reference outcomes were measured with them.
+    The cutoffs of both checks (label cutoffs, COMPARE_MIN / QUOTE_MIN) are fixed by docs/spec.md §3-§4 and
+    are not options: the recorded reference outcomes were measured with them.
     """
 
     model: str = DEFAULT_MODEL

@@ -1,4 +1,4 @@
-"""Published Perplexity prices (SPEC §1) and the arithmetic that turns usage into dollars.
+"""Published Perplexity prices (docs/spec.md §1) and the arithmetic that turns usage into dollars.
 
 Money is a `float` of US dollars everywhere in factgate (the per-call rows, the job totals, the budget
 check), so these functions return floats too. Per-call amounts are tiny (99 tokens cost $0.00000198) and

@@ -1,7 +1,7 @@
 """Input rows of `answer` and `quote` jobs: one question per row, `{"id": "q1", "question": "..."}`.
 
-Validated all or nothing, like claims (SPEC §2's rule carries over): every bad row is named by its line
-(NDJSON) or item (JSON array) and a batch with any bad row stores nothing. Problems are `RowError`s in a
+Validated all or nothing, like claims (docs/spec.md §2's rule carries over): every bad row is named by its
+line (NDJSON) or item (JSON array) and a batch with any bad row stores nothing. Problems are `RowError`s in a
 `QuestionsValidationError`, a `ClaimsValidationError`, so the intake API reports them the same way.
 """
 

@@ -1,5 +1,5 @@
-"""The quote finder's pure core (SPEC §4): split search snippets into sentences, build the rank and compare
-requests, read their answers, choose the quote, and keep a run record of everything that happened.
+"""The quote finder's pure core (docs/spec.md §4): split search snippets into sentences, build the rank and
+compare requests, read their answers, choose the quote, and keep a run record of everything that happened.
 
 Why the two-step shape: a `choice` ranks one result's sentences against each other, so its probabilities
 sum to about 1 inside one request and can't be compared across results. The compare request asks the same
@@ -72,7 +72,7 @@ MAX_COMPARE_REQUESTS: Final = 1
 MAX_DECISIONS_REQUESTS: Final = MAX_RANK_REQUESTS + MAX_COMPARE_REQUESTS  # 6 per question
 
 # ---- Question texts -----------------------------------------------------------------------------------
-# These are the texts the recorded outcomes in ../shared/data/questions.md were measured with; changing a
+# These are the texts the recorded outcomes in docs/spec.md §7 were measured with; changing a
 # word changes the probabilities, so treat them as part of the contract.
 
 BEST_QUESTION: Final = "best"

@@ -2,7 +2,7 @@
 
 Plain aligned text (no box drawing) so the output reads the same in a terminal, a log file and a test.
 Probabilities print with two decimals in the claims table (as the reference recipe does) and three in
-answer and quote reports (SPEC §3); verdicts are computed by the server from unrounded values.
+answer and quote reports (docs/spec.md §3); verdicts are computed by the server from unrounded values.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from importlib import metadata
 from typing import Any, TypeVar
 
 import httpx
@@ -30,7 +31,17 @@ from clients.validation import MalformedResponseError, validate_agent, validate_
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
 BASE_URL_ENV = "PERPLEXITY_API_BASE"
-DEFAULT_USER_AGENT = f"factgate/0.1 (httpx {httpx.__version__})"
+
+
+def _package_version() -> str:
+    """The installed distribution's version, so the User-Agent always names the code that sent it."""
+    try:
+        return metadata.version("factgate")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+DEFAULT_USER_AGENT = f"factgate/{_package_version()} (httpx {httpx.__version__})"
 AGENT_TIMEOUT_S = 120.0  # an Agent call searches and writes; 30 s is too short for it
 
 DECISIONS, AGENT, SEARCH = "decisions", "agent", "search"

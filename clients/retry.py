@@ -4,7 +4,7 @@ No I/O and no sleeping here, so the sync client and any async caller share one p
 tests check every wait without a clock. The caller supplies "now" (wall time, for HTTP-date
 `Retry-After`) and a random draw in [0, 1) (for jitter).
 
-Policy (SPEC §1):
+Policy (docs/spec.md §1):
 - Retry 429, 500, 502, 503, 504 and transient transport failures (timeouts, connection
   and protocol errors), at most `max_retries` times (default 3 → 4 POSTs).
 - Never retry other 4xx: the same request would fail the same way.

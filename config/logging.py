@@ -5,7 +5,7 @@ pool thread), not to the logger, so a `log.info("...")` deep in jobs/ still says
 it was about. `bind` sets them; web/ binds the request id per request, workers/signals.py binds job
 and item ids per task.
 
-The upstream API key must never reach a log line (SPEC §1): `RedactFilter` rewrites every record
+The upstream API key must never reach a log line (docs/spec.md §1): `RedactFilter` rewrites every record
 handled by our handler — message, arguments, exception text — replacing the key and any
 `Bearer <token>` credential.
 

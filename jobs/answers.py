@@ -1,5 +1,5 @@
-"""The `answer` job kind's application side (SPEC §3): which items come next for a question, its report,
-the job summary and the result lines.
+"""The `answer` job kind's application side (docs/spec.md §3): which items come next for a question, its
+report, the job summary and the result lines.
 
 A question item's output holds the Agent answer and its sentences; `sentence` children score them;
 `investigation` children (the first MAX_INVESTIGATIONS flagged sentences) rewrite and rescore. The
@@ -195,7 +195,7 @@ def empty_summary() -> dict[str, Any]:
 
 
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
-    """The question's report (shape: /work/briefs/report-shapes.md), from stored items only."""
+    """The question's report (shape: docs/spec.md §6), from stored items only."""
     now = utcnow()
     out = question.output or {}
     agent = out.get("agent")

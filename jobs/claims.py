@@ -1,7 +1,7 @@
 """The `claims` job kind's application side: items from rows, the summary, result lines.
 
 Each claim becomes one item per request mode. Whether the complete claim is inside its grounding
-query is computed here, before anything is sent, and stored on the item (SPEC §2).
+query is computed here, before anything is sent, and stored on the item (docs/spec.md §2).
 """
 
 from __future__ import annotations

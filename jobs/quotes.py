@@ -1,4 +1,4 @@
-"""The `quote` job kind's application side (SPEC §4): which items come next for a question, its report
+"""The `quote` job kind's application side (docs/spec.md §4): which items come next for a question, its report
 (with the run record), the job summary and the result lines.
 
 The question item holds the search results and their sentences; `result` children rank one result
@@ -135,7 +135,7 @@ def empty_summary() -> dict[str, Any]:
 
 
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
-    """The question's report (shape: /work/briefs/report-shapes.md), from stored items only."""
+    """The question's report (shape: docs/spec.md §6), from stored items only."""
     now = utcnow()
     out = question.output or {}
     search = out.get("search") or {}

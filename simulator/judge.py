@@ -519,7 +519,7 @@ class Judge:
         evidence: Sequence[str] = (),
         key: str = "",
     ) -> dict[str, dict[str, object]]:
-        """One answer per question, in the SPEC §1 shapes. `key` identifies the request for jitter."""
+        """One answer per question, in the docs/spec.md §1 shapes. `key` identifies the request for jitter."""
         view = _view(state)
         answers: dict[str, dict[str, object]] = {}
         for name, raw in questions.items():

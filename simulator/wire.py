@@ -1,4 +1,4 @@
-"""Request validation and error bodies, matching the real APIs' wire behaviour (SPEC.md §1).
+"""Request validation and error bodies, matching the real APIs' wire behaviour (docs/spec.md §1).
 
 Decisions and Agent errors are `{"error": {"code", "message", "param", "type"}}`, serialised with sorted
 keys and no spaces, byte-for-byte like the gateway's (the seed recorded the `mode` error exactly). Search

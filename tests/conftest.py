@@ -14,9 +14,6 @@ import migrations
 from models import make_engine
 from tests.services import REDIS_URL, create_pg_database, drop_pg_database, unavailable
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA = SHARED / "data"
-
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:

@@ -16,7 +16,17 @@ from sqlalchemy.engine import make_url
 PG_ADMIN_URL = os.environ.get(
     "FACTGATE_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_URL = os.environ.get("FACTGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# One Redis server for the suite; tests pick numbered databases on it. Point this at another server
+# (e.g. redis://127.0.0.1:6390) to run two suites side by side without them flushing each other's data.
+REDIS_BASE = os.environ.get("FACTGATE_TEST_REDIS_BASE", "redis://127.0.0.1:6379").rstrip("/")
+
+
+def redis_db_url(db: int) -> str:
+    """The URL of database `db` on the suite's Redis server."""
+    return f"{REDIS_BASE}/{db}"
+
+
+REDIS_URL = os.environ.get("FACTGATE_TEST_REDIS_URL", redis_db_url(15))
 
 
 def unavailable(what: str, exc: BaseException) -> None:

@@ -115,7 +115,7 @@ def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> E
 
 
 class ClaimsIntake:
-    """`claims`: one row per claim (SPEC §2), validated by checks.claims, one item per claim per mode."""
+    """`claims`: a row per claim (docs/spec.md §2), checked by checks.claims, an item per claim and mode."""
 
     def parse_options(self, raw: Mapping[str, Any]) -> Any:
         return parse_claims_options(raw)
@@ -147,7 +147,7 @@ class ClaimsIntake:
 
 
 class QuestionsIntake:
-    """`answer` and `quote`: one row per question (SPEC §3, §4), one `question` item each."""
+    """`answer` and `quote`: one row per question (docs/spec.md §3, §4), one `question` item each."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

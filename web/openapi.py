@@ -188,7 +188,7 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "description": "Options of an `answer` or `quote` job. The cutoffs of both checks are fixed "
-        "(SPEC §3-§4) and are not options.",
+        "(docs/spec.md §3-§4) and are not options.",
         "properties": {
             "model": {
                 "type": "string",

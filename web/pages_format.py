@@ -16,7 +16,7 @@ from web.security import LINK_REL, safe_href
 
 
 def prob(value: object, digits: int = 3) -> str:
-    """A probability with three decimals (SPEC: compare unrounded, print three decimals)."""
+    """A probability with three decimals (docs/spec.md §3: compare unrounded, print three decimals)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "—"
     return f"{float(value):.{digits}f}"

@@ -1,6 +1,6 @@
 """The `answer` and `quote` reports: one stored report per question (jobs.flows), shown a page at a time.
 
-Reports are read exactly as stored (their shape: /work/briefs/report-shapes.md, built by
+Reports are read exactly as stored (their shape: docs/spec.md §6, built by
 jobs/answers.py and jobs/quotes.py); the templates only arrange them, and cope with missing parts —
 a failed question has no final answer, a failed search has no results, an unfinished question has
 no report at all.

@@ -1,4 +1,4 @@
-"""Item handlers of `answer` jobs (SPEC §3): the question (one Agent API call, split and cited), one
+"""Item handlers of `answer` jobs (docs/spec.md §3): the question (one Agent API call, split and cited), one
 sentence (one Decisions request, labelled), one investigation (another Agent call for a flagged sentence,
 then one Decisions request per rewrite sentence).
 

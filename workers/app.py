@@ -1,18 +1,24 @@
 """The Celery app, bound to settings. `celery -A workers.app worker` is what `factgate worker` runs.
 
-Server mode uses Redis as broker and result store; embedded mode (no DATABASE_URL / REDIS_URL) uses
-kombu's in-memory transport and an in-memory result store, with the worker running inside the same
-process. The polling intervals are short because in-memory transports poll: with the defaults a
-200-item chord took 25 s to close in embedded mode, with these 0.8 s (measured, DESIGN.md).
+Server mode uses Redis as broker and result store; embedded mode (no DATABASE_URL / REDIS_URL) uses kombu's
+in-memory transport and an in-memory result store, with the worker running inside the same process. The
+polling intervals are short because in-memory transports poll: with the defaults a 200-item chord took 25 s to
+close in embedded mode, with these 0.8 s (measured; docs/architecture.md, Modes of running).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
 
 from config import Settings
+
+
+def beat_schedule_path(settings: Settings) -> Path:
+    """Where `factgate beat` keeps its schedule state: the instance folder."""
+    return settings.instance_path.resolve() / "celerybeat-schedule"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -35,6 +41,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_ignore_result": False,
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
+        # Beat keeps its last-run times in a shelve file; it belongs with our other state, not in the
+        # current directory.
+        "beat_schedule_filename": str(beat_schedule_path(settings)),
         "result_chord_retry_interval": 0.2,
         "beat_schedule": {
             "sweep": {"task": "factgate.sweep", "schedule": settings.sweep_interval_s},

@@ -1,7 +1,7 @@
 """Turn the client's call record into `api_calls` rows, with their cost.
 
 Grounded Decisions attempts each count one search: the search is billed when it returns even if the
-decision then fails, so every grounded attempt is an upper bound on billed searches (SPEC §1).
+decision then fails, so every grounded attempt is an upper bound on billed searches (docs/spec.md §1).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def model_of(item: ClaimedItem) -> str:
 
 
 def priced_rows(record: CallRecord, model: str | None = None) -> list[CallRow]:
-    """`api_calls` rows for one call, priced by endpoint (SPEC §1 prices).
+    """`api_calls` rows for one call, priced by endpoint (docs/spec.md §1 prices).
 
     Agent calls are priced by their web search only (their token prices are not published); a Search
     call is one billed request per attempt; Decisions input tokens at the model's rate.

@@ -11,11 +11,11 @@ Time comes from Redis ``TIME`` inside the script, so clock skew between worker m
 loosen the limit. A denied call reserves nothing: it is told how long until the next slot opens
 and comes back then. That keeps a worker that gives up from holding a slot nobody uses.
 
-Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with
-fields ``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time. A 429's
-``Retry-After`` extends ``blk`` for every worker and never shortens it. The key's TTL covers the
-later of the two, plus a little, so an idle scope disappears and losing it (expiry, FLUSHALL,
-failover) only forgets state that no longer constrains anybody — Redis is a hint (DESIGN §2).
+Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields ``tat``
+and ``blk`` (``blocked_until``), both integer microseconds of Redis time. A 429's ``Retry-After`` extends
+``blk`` for every worker and never shortens it. The key's TTL covers the later of the two, plus a little, so
+an idle scope disappears and losing it (expiry, FLUSHALL, failover) only forgets state that no longer
+constrains anybody — Redis is a hint (docs/architecture.md, Invariants).
 """
 
 from __future__ import annotations

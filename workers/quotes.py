@@ -1,8 +1,8 @@
-"""Item handlers of `quote` jobs (SPEC §4): the question (one Search API call), one result (one rank
+"""Item handlers of `quote` jobs (docs/spec.md §4): the question (one Search API call), one result (one rank
 request over its sentences), the compare request over the candidates.
 
 Each output keeps the raw answers next to what was read from them, so jobs/ can replay the whole run
-into a `checks.quotes.QuoteRunRecord` (the run record of SPEC §4) from the database alone.
+into a `checks.quotes.QuoteRunRecord` (the run record of docs/spec.md §4) from the database alone.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ so screenshots show real (simulated) probabilities and sources, not numbers type
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -23,8 +21,8 @@ from jobs.finalize import maybe_finalize
 from jobs.items import claim_item, fail_item, finish_item
 from jobs.records import CallRow
 from models import Item, session_scope
+from tests.reference import reference_claims
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 MODEL = "pplx-decider-latest"
 
 # (custom_id, mode) -> the item's output dict, or ("failed", error)
@@ -32,9 +30,8 @@ Outcomes = dict[tuple[str, str], Any]
 
 
 def reference_rows() -> list[dict[str, Any]]:
-    """The 24 reference claims (SPEC §2), with their labels."""
-    lines = (DATA / "claims.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The 24 reference claims (docs/spec.md §7), with their labels."""
+    return reference_claims()
 
 
 def claim_output(
@@ -148,7 +145,7 @@ def submit_claims(
 
 
 # --- answer and quote jobs with stored reports ---------------------------------------------------------
-# Reports in the documented shape (/work/briefs/report-shapes.md, built by jobs/answers.py and
+# Reports in the documented shape (docs/spec.md §6, built by jobs/answers.py and
 # jobs/quotes.py). The page tests store them on the question items, as jobs.flows.advance_question does,
 # so a test controls every string that reaches the page (including injection payloads).
 

@@ -109,7 +109,7 @@ def open_report(page: Any, base: str, token: str, job_id: str) -> None:
 
 
 def test_claims_report_in_browser(embedded: tuple[Flask, str]) -> None:
-    """The 24 reference claims in both modes: ungrounded misses, grounded gets all right (SPEC §2)."""
+    """The 24 reference claims in both modes: ungrounded misses, grounded gets all right (docs/spec.md §2)."""
     app, token = embedded
     job_id = run_claims(app, token)
     with serve(app) as base, chromium() as (page, watch):

@@ -7,7 +7,6 @@ the sweeper runs every second) pointed at a real simulator over HTTP — nothing
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -34,7 +33,7 @@ from jobs.flows import question_units
 from jobs.intake import create_job
 from jobs.tenancy import get_or_create_tenant
 from models import Job, make_engine, make_session_factory, session_scope
-from tests.services import create_pg_database, drop_pg_database, unavailable
+from tests.services import create_pg_database, drop_pg_database, redis_db_url, unavailable
 from workers.api import enqueue_start
 from workers.app import make_celery
 
@@ -181,10 +180,6 @@ class Stack:
         raise TimeoutError(f"job {job_id} did not finish in {timeout}s\n{logs}")
 
 
-def load_reference_claims(data_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (data_dir / "claims.jsonl").read_text().splitlines() if line.strip()]
-
-
 @contextmanager
 def fresh_database() -> Iterator[tuple[str, Engine]]:
     """A database of its own for one queue test: a worker's sweeper then sees only that test's jobs."""
@@ -205,7 +200,7 @@ def fresh_database() -> Iterator[tuple[str, Engine]]:
 @contextmanager
 def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: str) -> Iterator[Stack]:
     """A stack with a clean Redis database; every worker is stopped on exit."""
-    redis_url = f"redis://127.0.0.1:6379/{STACK_REDIS_DB}"
+    redis_url = redis_db_url(STACK_REDIS_DB)
     redis_lib.Redis.from_url(redis_url).flushdb()
     base_env = {
         "DATABASE_URL": pg_url,

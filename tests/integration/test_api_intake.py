@@ -17,7 +17,6 @@ from sqlalchemy import select, text, update
 
 from models import ApiToken, utcnow
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
-    DATA,
     ROWS,
     Caller,
     WebEnv,
@@ -29,6 +28,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     web,
     web_settings,
 )
+from tests.reference import CLAIMS_FILE
 from workers.api import START_JOB
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def test_ndjson_submission_reads_options_and_metadata_from_query(web: WebEnv, ca
 
 
 def test_reference_claims_file_is_accepted_as_is(web: WebEnv, caller: Caller) -> None:
-    data = (DATA / "claims.jsonl").read_bytes()
+    data = CLAIMS_FILE.read_bytes()
     resp = web.client.post("/v1/jobs?kind=claims", data=data, headers=caller.ndjson_headers())
     assert resp.status_code == 202, resp.get_json()
     body = resp.get_json()

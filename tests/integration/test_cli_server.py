@@ -27,11 +27,11 @@ from tests.integration.test_cli_helpers import (
     free_port,
     wait_for,
 )
-from tests.services import create_pg_database, drop_pg_database, unavailable
+from tests.services import create_pg_database, drop_pg_database, redis_db_url, unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REDIS_DB_URL = "redis://127.0.0.1:6379/11"
+REDIS_DB_URL = redis_db_url(11)
 
 
 @dataclass

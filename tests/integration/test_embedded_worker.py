@@ -24,8 +24,8 @@ from jobs.claims import claim_units
 from jobs.intake import create_job
 from jobs.tenancy import get_or_create_tenant
 from models import ApiCall, Item, Job, make_engine, make_session_factory, session_scope
-from tests.conftest import DATA
-from tests.integration.stack import ENDED, load_reference_claims
+from tests.integration.stack import ENDED
+from tests.reference import reference_claims
 from workers.api import enqueue_start
 from workers.context import embedded_redis
 from workers.embedded import EmbeddedWorker
@@ -81,7 +81,7 @@ def wait_job(engine: object, job_id: uuid.UUID, timeout: float = 60.0) -> Job:
 
 
 def test_a_claims_job_runs_through_the_real_worker_path(settings: Settings, engine: object) -> None:
-    rows = load_reference_claims(DATA)
+    rows = reference_claims()
     with EmbeddedWorker(settings) as worker:
         assert worker.running
         assert not worker.app.conf.task_always_eager
@@ -109,7 +109,7 @@ def test_an_interrupted_job_resumes_when_a_worker_starts_again(settings: Setting
     """What Ctrl-C leaves: a job in progress whose items were marked dispatched but whose messages died with
     the old process's in-memory broker. A new worker clears the marks and finishes the job at once, without
     waiting for a lease or a stale-dispatch period to pass."""
-    rows = load_reference_claims(DATA)[:6]
+    rows = reference_claims()[:6]
     job_id = submit(engine, rows, "grounded")
     with session_scope(make_session_factory(engine)) as session:  # type: ignore[arg-type]
         session.execute(update(Job).where(Job.id == job_id).values(status="in_progress"))
@@ -124,7 +124,7 @@ def test_workers_start_and_stop_cleanly_one_after_another(settings: Settings, en
     before = {t.name for t in threading.enumerate()}
     for _ in range(2):
         worker = EmbeddedWorker(settings).start()
-        job_id = submit(engine, load_reference_claims(DATA)[:2], "ungrounded")
+        job_id = submit(engine, reference_claims()[:2], "ungrounded")
         enqueue_start(worker.app, job_id)
         assert wait_job(engine, job_id).status == "completed"
         assert worker.stop(timeout=20) is True

@@ -35,11 +35,11 @@ from tests.integration.test_cli_helpers import (
     kill_all,
     wait_for,
 )
-from tests.services import create_pg_database, drop_pg_database, unavailable
+from tests.services import create_pg_database, drop_pg_database, redis_db_url, unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REDIS_DB_URL = "redis://127.0.0.1:6379/10"
+REDIS_DB_URL = redis_db_url(10)
 API_KEY = "pplx-honcho-smoke-key-0123456789abcdef"
 
 

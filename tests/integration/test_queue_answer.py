@@ -1,6 +1,6 @@
 """Answer jobs through the real queue: Postgres, Redis, a `celery worker` subprocess, the simulator over HTTP.
 
-The five reference questions of data/questions.md run on the simulator's corpus, which reproduces them as
+The five reference questions (docs/spec.md §7) run on the simulator's corpus, which reproduces them as
 simulator/README.md records: 16 sentences (supported, weak, unsupported, uncited), every flagged one
 replaced by a supported rewrite. Faults are made by wrapping the simulator's engine (an Agent answer
 without search results is a malformed response the client refuses without retrying).

@@ -17,15 +17,15 @@ from sqlalchemy.orm import Session
 from models import ApiCall, Item
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
-from tests.conftest import DATA
-from tests.integration.stack import Stack, fresh_database, load_reference_claims, running_stack
+from tests.integration.stack import Stack, fresh_database, running_stack
+from tests.reference import reference_claims
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture
 def reference() -> list[dict[str, object]]:
-    return load_reference_claims(DATA)
+    return reference_claims()
 
 
 def _items(engine: Engine, job_id: object) -> list[Item]:

@@ -1,8 +1,8 @@
 """Quote jobs through the real queue: Postgres, Redis, a `celery worker` subprocess, the simulator over HTTP.
 
-The ten reference questions of data/questions.md run on the simulator's corpus, which reproduces them as
-simulator/README.md records: the six answerable ones get a quote holding the answer, the four
-unanswerable ones get "no result answers" (closest below the cutoff).
+The ten reference questions (tests/data/reference_questions.json, docs/spec.md §7) run on the simulator's
+corpus, which reproduces them as simulator/README.md records: the six answerable ones get a quote holding
+the answer, the four unanswerable ones get "no result answers" (closest below the cutoff).
 """
 
 from __future__ import annotations
@@ -23,23 +23,12 @@ from simulator.config import SimConfig
 from simulator.engine import Engine as SimEngine
 from simulator.server import run_in_thread
 from tests.integration.stack import Stack, running_stack
+from tests.reference import answerable_quotes, unanswerable_quotes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ANSWERABLE = {  # question -> strings one of which the quote must contain (data/questions.md)
-    "How deep is the Mariana Trench?": ("10,935", "10,994"),
-    "How long does light from the Sun take to reach Earth?": ("8 minutes",),
-    "How many bones are in the adult human body?": ("206",),
-    "When did Voyager 1 cross the heliopause?": ("2012",),
-    "When was the Rosetta Stone discovered?": ("1799",),
-    "In what year was the Hubble Space Telescope launched?": ("1990",),
-}
-UNANSWERABLE = [
-    "How many bolts hold the Hubble Space Telescope's primary mirror to its support structure?",
-    "How many pages were in the Voyager 1 launch-day countdown checklist?",
-    "How many rivets are in the railing of the Eiffel Tower's second floor?",
-    "What color was the ink used to sign the Treaty of Rome in 1957?",
-]
+ANSWERABLE = answerable_quotes()  # question -> strings one of which the quote must contain
+UNANSWERABLE = unanswerable_quotes()
 
 
 def _items(engine: Engine, job_id: object) -> list[Item]:

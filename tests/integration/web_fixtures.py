@@ -34,8 +34,6 @@ from web.app import create_app
 from workers.api import START_JOB
 from workers.app import make_celery
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-
 ROWS: list[dict[str, Any]] = [
     {"id": "c1", "claim": "Python 3.12 was released in October 2023.", "label": True, "kind": "stable"},
     {"id": "c2", "claim": "Git was created by Guido van Rossum.", "label": False, "kind": "stable"},

@@ -141,7 +141,7 @@ def test_review_keeps_only_supported_rewrite_sentences() -> None:
 
 
 def test_recorded_k2_18b_run_adds_up() -> None:
-    """SPEC §3 / data/questions.md: 4 sentences, 1 supported, 1 weak, 2 uncited; 3 investigated, 2
+    """docs/spec.md §3 / §7: 4 sentences, 1 supported, 1 weak, 2 uncited; 3 investigated, 2
     replaced (0.856, 0.986), 1 not confirmed (0.682); 7 Decisions requests, 20,625 input tokens, 14.3 s."""
     originals = [
         Scored("Webb detected methane and carbon dioxide.", 1, "uncited", (), 3000),

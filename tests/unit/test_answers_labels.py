@@ -126,7 +126,7 @@ probability = st.floats(min_value=0.0, max_value=1.0)
 @settings(max_examples=100, deadline=None)
 @given(checkable=probability, pairs=st.lists(st.tuples(probability, probability), max_size=4))
 def test_label_matches_the_rule_table(checkable: float, pairs: list[tuple[float, float]]) -> None:
-    """An independent statement of SPEC §3's table, first match wins."""
+    """An independent statement of docs/spec.md §3's table, first match wins."""
     values = {"checkable": checkable}
     for n, (support, contradiction) in enumerate(pairs, start=1):
         values[f"supports_{n}"] = support

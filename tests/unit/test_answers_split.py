@@ -1,4 +1,4 @@
-"""The answer splitter: the SPEC §3 rules one by one, then the never-drop-text property.
+"""The answer splitter: the docs/spec.md §3 rules one by one, then the never-drop-text property.
 
 The property's invariant, for any input that splits:
 - the concatenation of every sentence's text, with `[n]` markers then whitespace removed, equals the input

@@ -1,4 +1,4 @@
-"""The `claims` rules (SPEC §2): input validation, the request, verdicts, the scorecard and flips.
+"""The `claims` rules (docs/spec.md §2): input validation, the request, verdicts, the scorecard and flips.
 
 Scorecard arithmetic is checked against the three runs recorded on the real API for the 24 reference
 claims (probabilities as printed, two decimals) and against the reference recipe's own small fixtures."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -36,10 +35,10 @@ from checks.claims import (
     verdict,
 )
 from checks.grounding import claim_in_query
+from tests.reference import CLAIMS_FILE
 
 MODEL = "pplx-decider-latest"
 FLASH = "pplx-decider-flash-latest"
-CLAIMS_FILE = Path(__file__).resolve().parents[3] / "shared" / "data" / "claims.jsonl"
 
 
 def reference_rows() -> list[ClaimRow]:

@@ -6,7 +6,7 @@ moves when the fake upstream or the fake sleep moves it.
 Ported from the seeds (behaviour, our API):
 - seed 003 test_factcheck.py: test_request_body_sends_mode_only_when_grounded,
   test_bad_responses_raise_without_a_retry, test_retry_waits_then_counts_two_attempts_and_searches
-  (HTTP dates now honoured, per SPEC), test_gives_up_after_retries_on_5xx.
+  (HTTP dates now honoured, per docs/spec.md §1), test_gives_up_after_retries_on_5xx.
 - seed 000 test_answer_gate.py: test_retry_on_429_honors_retry_after (answers without `type`).
 - seed 001 test_quote_finder.py: test_search_parses_results.
 """
@@ -730,3 +730,18 @@ def test_search_result_without_url_is_an_error() -> None:
     h = Harness(httpx.Response(200, json={"results": [{"title": "A", "snippet": "x"}]}))
     with h.client() as client, pytest.raises(UpstreamError, match=r"results\[0\] has no url"):
         client.search({"query": "q"})
+
+
+def test_user_agent_names_the_installed_version() -> None:
+    """The version comes from the package metadata, so a release never sends a stale number."""
+    from importlib import metadata
+
+    seen: list[str] = []
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["User-Agent"])
+        return httpx.Response(200, json=ok_decision())
+
+    with PerplexityClient(BASE, KEY, transport=httpx.MockTransport(reply), max_retries=0) as client:
+        client.decide(claim_body())
+    assert seen == [f"factgate/{metadata.version('factgate')} (httpx {httpx.__version__})"]

@@ -1,5 +1,5 @@
-"""The web grounding query rule. The parametrised cases are the gateway's own acceptance cases (SPEC §1),
-restated against our port; the properties pin the invariants every query must keep."""
+"""The web grounding query rule. The parametrised cases are the gateway's own acceptance cases (docs/spec.md
+§1), restated against our port; the properties pin the invariants every query must keep."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prices and cost arithmetic (SPEC §1, §2), checked against the reference run's recorded figures."""
+"""Prices and cost arithmetic (docs/spec.md §1, §2), checked against the reference run's recorded figures."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_counts_must_be_whole_and_not_negative(bad: object) -> None:
 @pytest.mark.parametrize(
     ("mean_tokens", "attempts", "n", "printed"),
     [
-        (1906, 24, 24, "1.0381"),  # eval, grounded: the figure SPEC quotes
+        (1906, 24, 24, "1.0381"),  # eval, grounded: the figure docs/spec.md §7 records
         (99, 0, 24, "0.0020"),  # eval, ungrounded
         (1908, 24, 24, "1.0382"),  # check --grounded
         (915, 24, 24, "1.0183"),  # filler before the claim, grounded

@@ -1,4 +1,4 @@
-"""The quote finder's pure core (checks/quotes.py, SPEC §4): splitter, request bodies, answer parsing,
+"""The quote finder's pure core (checks/quotes.py, docs/spec.md §4): splitter, request bodies, answer parsing,
 selection and the run record. No network: answers are hand-made dicts shaped like the Decisions API's."""
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def test_property_sentences_are_unaltered_bounded_and_unique(snippet: str) -> No
 
 
 def reference_split(snippet: str) -> list[str]:
-    """SPEC §4's splitting rule written out step by step, as an independent oracle for the regexes."""
+    """The splitting rule of docs/spec.md §4 step by step: an independent oracle for the regexes."""
     ends_before = set('ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"“(')
     sentences: list[str] = []
     for line in snippet.replace("...", "\n").split("\n"):
@@ -423,7 +423,8 @@ def test_has_answer_criteria_are_the_spec_texts() -> None:
     criteria = rank_request("q?", "T", "u", ["A sentence long enough here."], MODEL)["questions"][
         "has_answer"
     ]["criteria"]
-    # The request text is the SPEC's wording written as a sentence: capital first letter, final full stop.
+    # The request text is the wording of docs/spec.md §4 written as a sentence: capital first letter,
+    # final full stop.
     assert {key: text[0].lower() + text[1:].removesuffix(".") for key, text in criteria.items()} == spec
 
 

@@ -1,4 +1,4 @@
-"""The simulator reproduces the reference behaviour on ../shared/data (SPEC §2-§4, data/questions.md).
+"""The simulator reproduces the reference behaviour on tests/data (docs/spec.md §2-§4, §7).
 
 Each test is one behaviour target, run against `Engine` directly (the HTTP layer has its own tests). The
 request bodies are built with the product's pure `checks/` modules, so the simulator is held to the
@@ -8,7 +8,6 @@ requests the product really sends.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +17,10 @@ from checks.grounding import claim_in_query
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.index import CORPUS_DIR
+from tests.reference import answer_questions, answerable_quotes, reference_claims, unanswerable_quotes
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 QUESTION = {"type": "noul", "instructions": "Is the claim true?"}
-SUPPORTED_MIN, CONTRADICTED_MAX = 0.80, 0.20  # SPEC §2 verdict cutoffs, inclusive
+SUPPORTED_MIN, CONTRADICTED_MAX = 0.80, 0.20  # docs/spec.md §2 verdict cutoffs, inclusive
 # The seed's padding text (003): neutral office-move prose that relates to no claim.
 FILLER = (
     "The facilities team confirmed the office move for the second week of the quarter. "
@@ -30,28 +29,9 @@ FILLER = (
     "furniture vendor confirms delivery. Please label boxes with your team name. "
 )
 
-ANSWER_QUESTIONS = [
-    "What did the James Webb Space Telescope discover about exoplanet K2-18b?",
-    "Who won the 2024 Nobel Prize in Physics and for what work?",
-    "What were the release dates and headline features of Python 3.12 and Python 3.13, and when does each "
-    "reach end of life?",
-    "What are the current rate limits and pricing for the Perplexity Agent API?",
-    "How tall is the Eiffel Tower today, and how much has its height changed since it opened?",
-]
-ANSWERABLE = {  # question -> strings one of which the quote must contain
-    "How deep is the Mariana Trench?": ("10,935", "10,994"),
-    "How long does light from the Sun take to reach Earth?": ("8 minutes",),
-    "How many bones are in the adult human body?": ("206",),
-    "When did Voyager 1 cross the heliopause?": ("2012",),
-    "When was the Rosetta Stone discovered?": ("1799",),
-    "In what year was the Hubble Space Telescope launched?": ("1990",),
-}
-UNANSWERABLE = [
-    "How many bolts hold the Hubble Space Telescope's primary mirror to its support structure?",
-    "How many pages were in the Voyager 1 launch-day countdown checklist?",
-    "How many rivets are in the railing of the Eiffel Tower's second floor?",
-    "What color was the ink used to sign the Treaty of Rome in 1957?",
-]
+ANSWER_QUESTIONS = answer_questions()
+ANSWERABLE = answerable_quotes()  # question -> strings one of which the quote must contain
+UNANSWERABLE = unanswerable_quotes()
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +41,7 @@ def engine() -> Engine:
 
 @pytest.fixture(scope="module")
 def claims() -> list[dict]:
-    rows = [json.loads(line) for line in (DATA / "claims.jsonl").read_text().splitlines() if line.strip()]
+    rows = reference_claims()
     assert len(rows) == 24
     return rows
 
@@ -86,7 +66,7 @@ def decide_claim(engine: Engine, state: str, *, grounded: bool):
     return engine.decide(body)
 
 
-# ---- claims (SPEC §2) ---------------------------------------------------------------------------------
+# ---- claims (docs/spec.md §2) ------------------------------------------------------------------------------
 
 
 def test_grounded_claims_are_all_correct_and_searched_for(engine: Engine, claims: list[dict]) -> None:
@@ -129,7 +109,7 @@ def test_filler_before_the_claim_searches_the_filler(engine: Engine, claims: lis
     assert not_correct >= 8, "recorded: grounded fell from 24/24 to 12/24"
 
 
-# ---- answer gate (SPEC §3) ----------------------------------------------------------------------------
+# ---- answer gate (docs/spec.md §3) -------------------------------------------------------------------------
 
 
 def score_sentence(engine: Engine, claim: str, source_ids: tuple[int, ...], results: list[dict]):
@@ -166,7 +146,7 @@ def test_answers_are_cited_scored_and_reviewed(engine: Engine) -> None:
     assert sum(label in gate.FLAGGED_LABELS for label in labels) < len(labels) / 2, "most sentences hold up"
 
 
-# ---- quote finder (SPEC §4) ---------------------------------------------------------------------------
+# ---- quote finder (docs/spec.md §4) ------------------------------------------------------------------------
 
 
 def find_quote(engine: Engine, question: str) -> quotes.QuoteOutcome:

@@ -134,7 +134,7 @@ def test_rate_limit_and_auth_errors_map_to_sdk_exceptions() -> None:
 
 
 def test_bad_probability_fault_still_parses_but_is_out_of_range(client: Perplexity) -> None:
-    """The SDK does not range-check probabilities; the product's client must (SPEC §1)."""
+    """The SDK does not range-check probabilities; the product's client must (docs/spec.md §1)."""
     result = client.decisions.create(
         model=MODEL,
         state="x",

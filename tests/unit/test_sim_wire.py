@@ -1,4 +1,4 @@
-"""The simulator's wire rules (SPEC.md §1): validation, status codes, headers and error bodies.
+"""The simulator's wire rules (docs/spec.md §1): validation, status codes, headers and error bodies.
 
 Driven in-process through `httpx.WSGITransport`, the way the embedded demo mounts the simulator.
 """
