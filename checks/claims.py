@@ -383,7 +383,11 @@ _REVIEW_RATE = Decimal("0.25")
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One claim in one mode, as the run left it. `p` None means the request failed (say why in
-    `error`); its tokens, latency and attempts still count, because failed grounded attempts are billed."""
+    `error`); its tokens, latency and attempts still count, because failed grounded attempts are billed.
+
+    `attempts` is every POST of every try; `latency_s` is the upstream's own time (the POSTs, what the
+    reference recipe measured) and `queue_wait_s` the time spent waiting for a rate-limiter slot — our
+    queue, which grows with load and says nothing about the API."""
 
     id: str
     label: bool | None
@@ -393,6 +397,7 @@ class Outcome:
     attempts: int = 0
     search_results: int = 0
     error: str | None = None
+    queue_wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +424,7 @@ class Scorecard:
     flips: int | None
     mean_input_tokens: float
     mean_latency_s: float
+    mean_queue_wait_s: float
     grounded_attempts: int
     mean_search_results: float
     cost_per_1000_usd: float
@@ -451,10 +457,12 @@ def _check_outcome(o: Outcome) -> None:
         value = getattr(o, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"outcome {o.id!r}: {name} must be a whole number of 0 or more, got {value!r}")
-    if isinstance(o.latency_s, bool) or not isinstance(o.latency_s, int | float):
-        raise ValueError(f"outcome {o.id!r}: latency_s must be a number, got {o.latency_s!r}")
-    if not (math.isfinite(o.latency_s) and o.latency_s >= 0):
-        raise ValueError(f"outcome {o.id!r}: latency_s must be finite and 0 or more, got {o.latency_s!r}")
+    for name in ("latency_s", "queue_wait_s"):
+        value = getattr(o, name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"outcome {o.id!r}: {name} must be a number, got {value!r}")
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"outcome {o.id!r}: {name} must be finite and 0 or more, got {value!r}")
 
 
 def scorecard(
@@ -496,6 +504,7 @@ def scorecard(
     squared: list[float] = []
     tokens = attempts = results = 0
     latencies: list[float] = []
+    waits: list[float] = []
     seen: set[str] = set()
     verdicts: dict[str, Verdict] = {}
     for o in outcomes:
@@ -507,6 +516,7 @@ def scorecard(
         attempts += o.attempts
         results += o.search_results
         latencies.append(float(o.latency_s))
+        waits.append(float(o.queue_wait_s))
         if o.label is not None:
             labelled += 1
         if o.p is None:
@@ -575,6 +585,7 @@ def scorecard(
         flips=flip_count,
         mean_input_tokens=mean_tokens,
         mean_latency_s=math.fsum(latencies) / n,
+        mean_queue_wait_s=math.fsum(waits) / n,
         grounded_attempts=grounded_attempts,
         mean_search_results=results / n,
         cost_per_1000_usd=pricing.cost_per_1000_claims(mean_tokens, grounded_attempts, n, model),

@@ -77,5 +77,16 @@ class UpstreamError(Exception):
 _FIELDS = ("endpoint", "status", "message", "request_id", "retryable", "record")
 
 
+class CallInterrupted(Exception):  # noqa: N818 - it is not an error of the call itself
+    """`before_attempt` raised (no rate-limiter slot, the limiter's store unreachable) after the call had
+    already sent attempts. `record` keeps those attempts — they happened and may be billed — and `cause`
+    is what stopped the call; no further POST was sent."""
+
+    def __init__(self, record: CallRecord, cause: BaseException) -> None:
+        super().__init__(f"call stopped before attempt {record.attempt_count + 1}: {type(cause).__name__}")
+        self.record = record
+        self.cause = cause
+
+
 def _rebuild(state: dict[str, Any]) -> UpstreamError:
     return UpstreamError(**state)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from clients.errors import API_KEY_ENV, MissingApiKeyError, UpstreamError
+from clients.errors import API_KEY_ENV, CallInterrupted, MissingApiKeyError, UpstreamError
 from clients.records import AttemptRecord, CallRecord
 from clients.redaction import one_line, redact
 from clients.results import AgentAnswer, Decision, SearchResponse
@@ -238,9 +238,16 @@ class PerplexityClient:
             )
 
         while True:
+            queued = self._clock()
             if self._before_attempt is not None:
-                self._before_attempt(endpoint)
+                try:
+                    self._before_attempt(endpoint)
+                except Exception as stop:
+                    if not attempts:
+                        raise  # nothing was sent: the caller sees the cause itself
+                    raise CallInterrupted(record(), stop) from stop
             sent = self._clock()
+            queue_wait = sent - queued
             status: int | None = None
             request_id: str | None = None
             retry_after: str | None = None
@@ -267,7 +274,9 @@ class PerplexityClient:
                         result = validate(_json(response), body)
                     except MalformedResponseError as problem:
                         message = self._surface(f"malformed response: {problem}")
-                        attempts.append(AttemptRecord(status, request_id, latency, message))
+                        attempts.append(
+                            AttemptRecord(status, request_id, latency, message, queue_wait_s=queue_wait)
+                        )
                         self._log(endpoint, attempts)
                         raise UpstreamError(
                             endpoint=endpoint,
@@ -277,7 +286,7 @@ class PerplexityClient:
                             retryable=False,
                             record=record(),
                         ) from None
-                    attempts.append(AttemptRecord(status, request_id, latency))
+                    attempts.append(AttemptRecord(status, request_id, latency, queue_wait_s=queue_wait))
                     self._log(endpoint, attempts)
                     return replace(result, record=record(**_usage(result)))
                 message = self._surface(error_message(response))
@@ -286,7 +295,7 @@ class PerplexityClient:
             wait = None
             if retryable:  # computed even after the last attempt: a task may back off by it
                 wait = self.policy.wait_s(len(attempts), retry_after, self._wall_clock(), self._random())
-            attempts.append(AttemptRecord(status, request_id, latency, message, wait))
+            attempts.append(AttemptRecord(status, request_id, latency, message, wait, queue_wait))
             self._log(endpoint, attempts)
             if status == 429 and wait is not None and self._on_throttled is not None:
                 self._on_throttled(endpoint, wait)

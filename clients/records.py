@@ -17,7 +17,9 @@ class AttemptRecord:
     `status` is None when no response arrived (transport error or timeout). `retry_after_s` is
     the wait the retry policy chose after this attempt (the server's `Retry-After`, or the
     backoff) for a retryable outcome; on the last attempt it is advisory, since no retry
-    followed. `error` is a one-line, key-redacted description; None on success.
+    followed. `error` is a one-line, key-redacted description; None on success. `queue_wait_s` is the
+    time spent in `before_attempt` (waiting for a rate-limiter slot) before this POST: our queue, kept
+    apart from `latency_s`, which is the POST alone.
     """
 
     status: int | None
@@ -25,6 +27,7 @@ class AttemptRecord:
     latency_s: float
     error: str | None = None
     retry_after_s: float | None = None
+    queue_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)

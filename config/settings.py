@@ -72,7 +72,8 @@ class Settings:
     # Queue behaviour.
     chord_size: int = 500
     lease_s: int = 300
-    task_max_retries: int = 5
+    # Tries per item that may reach upstream (across leases and transient failures); then it fails.
+    max_item_attempts: int = 4
     sweep_interval_s: float = 15.0
     worker_concurrency: int = 16
 
@@ -132,7 +133,7 @@ class Settings:
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),
             chord_size=_int(e, "FACTGATE_CHORD_SIZE", 500),
             lease_s=_int(e, "FACTGATE_LEASE_S", 300),
-            task_max_retries=_int(e, "FACTGATE_TASK_MAX_RETRIES", 5),
+            max_item_attempts=_int(e, "FACTGATE_MAX_ITEM_ATTEMPTS", 4),
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
             worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 16),
             secret_key=_str(e, "FACTGATE_SECRET_KEY"),

@@ -59,6 +59,16 @@ def claim_units(
     return units, warnings
 
 
+def item_usage_of(output: dict[str, Any] | None) -> dict[str, Any]:
+    """What an item cost over all its tries (jobs/items.py writes `usage` when it settles); zeros for an
+    item that never settled with a record of its calls (skipped, or stored before usage existed)."""
+    o = output or {}
+    usage = o.get("usage")
+    if isinstance(usage, dict):
+        return usage
+    return {"attempts": int(o.get("attempts") or 0), "upstream_latency_s": float(o.get("latency_s") or 0.0)}
+
+
 def _outcomes(session: Session, job_id: uuid.UUID, mode: str) -> list[claim_rules.Outcome]:
     rows = session.execute(
         select(Item.custom_id, Item.input, Item.output, Item.status, Item.error)
@@ -69,15 +79,17 @@ def _outcomes(session: Session, job_id: uuid.UUID, mode: str) -> list[claim_rule
     out: list[claim_rules.Outcome] = []
     for custom_id, input_, output, status, error in rows:
         o = output or {}
+        usage = item_usage_of(output)
         p = o.get("p") if status == "done" else None
         out.append(
             claim_rules.Outcome(
                 id=custom_id,
                 label=input_.get("label"),
                 p=p,
-                input_tokens=int(o.get("input_tokens") or 0),
-                latency_s=float(o.get("latency_s") or 0.0),
-                attempts=int(o.get("attempts") or 0),
+                input_tokens=int(usage.get("input_tokens", o.get("input_tokens")) or 0),
+                latency_s=float(usage.get("upstream_latency_s") or 0.0),
+                queue_wait_s=float(usage.get("queue_wait_s") or 0.0),
+                attempts=int(usage.get("attempts") or 0),
                 search_results=int(o.get("n_search_results") or 0),
                 error=None if status == "done" else (error or status),
             )
@@ -98,19 +110,22 @@ def claims_summary(
     check_cutoffs(smin, cmax)
     modes = claim_rules.modes_for(opts.get("mode", "grounded"))
     scorecards: dict[str, Any] = {}
-    probs: dict[str, dict[str, float]] = {}
+    outcomes = {mode: _outcomes(session, job.id, mode) for mode in modes}
+    probs: dict[str, dict[str, float]] = {
+        mode: {o.id: o.p for o in rows if o.p is not None} for mode, rows in outcomes.items()
+    }
     outside = 0
     for mode in modes:
-        outcomes = _outcomes(session, job.id, mode)
+        other = [m for m in modes if m != mode]
         card = claim_rules.scorecard(
-            outcomes,
+            outcomes[mode],
             mode=mode,
             model=opts.get("model") or DEFAULT_MODEL,
             supported_min=smin,
             contradicted_max=cmax,
+            baseline=probs[other[0]] if other else None,
         )
         scorecards[mode] = card.as_dict()
-        probs[mode] = {o.id: o.p for o in outcomes if o.p is not None}
     if "grounded" in modes:
         outside = sum(
             1
@@ -163,14 +178,16 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
                 }
             o = output or {}
             p = o.get("p")
+            usage = item_usage_of(output)
             current["results"][mode] = {
                 "status": status,
                 "p": p,
                 "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
                 "request_id": o.get("request_id"),
                 "request_ids": o.get("request_ids", []),
-                "attempts": o.get("attempts"),
+                "attempts": int(usage.get("attempts") or 0),
                 "input_tokens": o.get("input_tokens"),
+                "usage": usage,
                 "in_query": input_.get("in_query"),
                 "sources": o.get("sources", []),
                 "error": error if status != "done" else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from models import Item, Job, utcnow
@@ -29,10 +29,12 @@ def mark_started(session: Session, job_id: uuid.UUID) -> bool:
 def next_window(session: Session, job_id: uuid.UUID, limit: int) -> list[int]:
     """Claim up to `limit` undispatched leader items for enqueueing, in position order.
 
-    Duplicates (`duplicate_of` set) are never enqueued: they settle with their leader.
+    Duplicates (`duplicate_of` set) are never enqueued: they settle with their leader. An item given back
+    after a transient failure waits until its `not_before`.
     """
     if limit <= 0:
         return []
+    now = utcnow()
     ids = list(
         session.scalars(
             select(Item.id)
@@ -41,6 +43,7 @@ def next_window(session: Session, job_id: uuid.UUID, limit: int) -> list[int]:
                 Item.status == "pending",
                 Item.enqueued_at.is_(None),
                 Item.duplicate_of.is_(None),
+                or_(Item.not_before.is_(None), Item.not_before <= now),
             )
             .order_by(Item.position, Item.id)
             .limit(limit)
@@ -48,7 +51,7 @@ def next_window(session: Session, job_id: uuid.UUID, limit: int) -> list[int]:
     )
     if ids:
         session.execute(
-            update(Item).where(Item.id.in_(ids), Item.enqueued_at.is_(None)).values(enqueued_at=utcnow())
+            update(Item).where(Item.id.in_(ids), Item.enqueued_at.is_(None)).values(enqueued_at=now)
         )
     return ids
 

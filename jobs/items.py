@@ -1,32 +1,132 @@
-"""Item state changes: claim with a lease, finish, fail, release for a later retry, skip.
+"""Item state changes: claim with a lease, keep the lease alive, finish, fail, release for a later try, skip.
 
 Every change is a conditional UPDATE, so a message delivered twice, a worker killed mid-task or a
 sweeper re-driving an expired lease can never store two results for one item: only the holder of
 the current lease token (`attempts`) may write, and only a `pending` item can be claimed.
 Results, `api_calls` rows and the status change are written in one transaction by the caller's
 session (the caller commits).
+
+Every item has a bounded life: `tries` counts the claims that may have cost money, and an item that
+has used `max_tries` of them is failed at its next claim instead of being sent again (its calls are
+already recorded, try by try). A try that sent nothing upstream (an infrastructure fault or a limiter
+timeout before the first POST) is given back and does not count.
+
+Accounting is exact: when an item settles, its output gets `usage`, the sum of every `api_calls` row of
+every try (failed items included), so result lines, scorecards and job usage agree with what the
+upstream saw. Duplicates of a request (`duplicate_of`) copy the answer but not the usage: they cost
+nothing.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import exists, insert, select, update
+from sqlalchemy import exists, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from jobs.records import CallRow, ClaimedItem
 from models import ApiCall, Item, Job, utcnow
 
 CANCELLED_ERROR = "job cancelled"
+DEFAULT_MAX_TRIES = 4
+# Column widths of `api_calls` (models/jobs.py): clients/ already caps upstream text to fit, this only
+# guards the write so that a surprise can never leave an item unsettled.
+_MODEL_CHARS = 64
+_REQUEST_ID_CHARS = 128
+_ERROR_CHARS = 4_000
 
 
 # Job id -> (tenant id, options). Both are fixed at intake, so a worker reads them once per job.
 _JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}
 _JOB_STATIC_MAX = 1_024
 _LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling", "cancelled")))
+
+
+@dataclass(frozen=True)
+class ItemUsage:
+    """What an item cost over all its tries: POSTs sent, billed searches, tokens, dollars, and time split
+    into the upstream's own latency (the POSTs) and our queue (waiting for a rate-limiter slot)."""
+
+    attempts: int = 0
+    searches: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    upstream_latency_s: float = 0.0
+    queue_wait_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cost_usd"] = round(self.cost_usd, 8)
+        out["upstream_latency_s"] = round(self.upstream_latency_s, 4)
+        out["queue_wait_s"] = round(self.queue_wait_s, 4)
+        return out
+
+    def plus(self, other: ItemUsage) -> ItemUsage:
+        return ItemUsage(
+            attempts=self.attempts + other.attempts,
+            searches=self.searches + other.searches,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            upstream_latency_s=self.upstream_latency_s + other.upstream_latency_s,
+            queue_wait_s=self.queue_wait_s + other.queue_wait_s,
+        )
+
+
+NO_USAGE = ItemUsage()
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """An item that had used every try: it was failed instead of claimed (see `claim_item`)."""
+
+    id: int
+    job_id: uuid.UUID
+    stage: str
+    tries: int
+
+
+def usage_of_rows(calls: Sequence[CallRow]) -> ItemUsage:
+    """The usage of the calls one try made (no database read)."""
+    return ItemUsage(
+        attempts=len(calls),
+        searches=sum(c.searches for c in calls),
+        input_tokens=sum(c.input_tokens for c in calls),
+        output_tokens=sum(c.output_tokens for c in calls),
+        cost_usd=sum(c.cost_usd for c in calls),
+        upstream_latency_s=sum(c.latency_ms for c in calls) / 1000.0,
+        queue_wait_s=sum(c.wait_ms for c in calls) / 1000.0,
+    )
+
+
+def item_usage(session: Session, item_id: int) -> ItemUsage:
+    """The usage of every `api_calls` row of an item (all tries)."""
+    row = session.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(ApiCall.searches), 0),
+            func.coalesce(func.sum(ApiCall.input_tokens), 0),
+            func.coalesce(func.sum(ApiCall.output_tokens), 0),
+            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+            func.coalesce(func.sum(ApiCall.latency_ms), 0.0),
+            func.coalesce(func.sum(ApiCall.wait_ms), 0.0),
+        ).where(ApiCall.item_id == item_id)
+    ).one()
+    attempts, searches, tin, tout, cost, latency_ms, wait_ms = row
+    return ItemUsage(
+        attempts=int(attempts),
+        searches=int(searches),
+        input_tokens=int(tin),
+        output_tokens=int(tout),
+        cost_usd=float(cost),
+        upstream_latency_s=float(latency_ms) / 1000.0,
+        queue_wait_s=float(wait_ms) / 1000.0,
+    )
 
 
 def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
@@ -39,32 +139,39 @@ def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[st
     return hit
 
 
-def claim_item(session: Session, item_id: int, lease_s: float) -> ClaimedItem | None:
-    """Take a pending item for this worker, or None if it is not pending (already done, running, ...).
+def claim_item(
+    session: Session, item_id: int, lease_s: float, max_tries: int = DEFAULT_MAX_TRIES
+) -> ClaimedItem | Exhausted | None:
+    """Take a pending item for this worker; None if it is not pending (already done, running, ...).
 
     One conditional UPDATE does the claim (this runs once per upstream request, so round trips count).
-    An item of a job that is being cancelled is skipped instead of claimed.
+    An item of a job that is being cancelled is skipped instead of claimed, and an item that has used
+    `max_tries` tries is failed instead (returned as `Exhausted`, so the caller can move its job on).
     """
     now = utcnow()
     claimed = session.execute(
         update(Item)
-        .where(Item.id == item_id, Item.status == "pending", _LIVE_JOB)
+        .where(Item.id == item_id, Item.status == "pending", Item.tries < max_tries, _LIVE_JOB)
         .values(
             status="running",
             attempts=Item.attempts + 1,
+            tries=Item.tries + 1,
             lease_until=now + timedelta(seconds=lease_s),
+            not_before=None,
         )
         .returning(
             Item.job_id, Item.attempts, Item.stage, Item.mode, Item.custom_id, Item.input, Item.dedupe_key
         )
     ).first()
     if claimed is None:
-        session.execute(
+        skipped = session.execute(
             update(Item)
             .where(Item.id == item_id, Item.status == "pending", ~_LIVE_JOB)
             .values(status="skipped", error=CANCELLED_ERROR, finished_at=now)
         )
-        return None
+        if getattr(skipped, "rowcount", 0):
+            return None
+        return _fail_exhausted(session, item_id, max_tries)
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
     tenant_id, options = _job_static(session, job_id)
     return ClaimedItem(
@@ -81,10 +188,50 @@ def claim_item(session: Session, item_id: int, lease_s: float) -> ClaimedItem | 
     )
 
 
+def _fail_exhausted(session: Session, item_id: int, max_tries: int) -> Exhausted | None:
+    """Fail a pending item that has used every try, keeping its last error and its usage."""
+    row = session.execute(
+        select(Item.job_id, Item.stage, Item.tries, Item.error, Item.dedupe_key, Item.output).where(
+            Item.id == item_id, Item.status == "pending", Item.tries >= max_tries
+        )
+    ).first()
+    if row is None:
+        return None
+    job_id, stage, tries, last_error, dedupe_key, output = row
+    noun = "try" if tries == 1 else "tries"
+    error = f"gave up after {tries} {noun}" + (f"; last error: {last_error}" if last_error else "")
+    out = {**(output or {}), "usage": item_usage(session, item_id).as_dict()}
+    now = utcnow()
+    moved = session.execute(
+        update(Item)
+        .where(Item.id == item_id, Item.status == "pending", Item.tries >= max_tries)
+        .values(status="failed", error=error[:_ERROR_CHARS], output=out, finished_at=now, lease_until=None)
+    )
+    if not getattr(moved, "rowcount", 0):
+        return None
+    if dedupe_key is not None:
+        _settle_duplicates(session, job_id, item_id, dedupe_key, status="failed", output=out, error=error)
+    return Exhausted(id=item_id, job_id=job_id, stage=stage, tries=int(tries))
+
+
+def extend_leases(session: Session, held: Sequence[tuple[int, int]], lease_s: float) -> int:
+    """Push the lease of items still held (id, lease token) to now + `lease_s`: the heartbeat of a worker,
+    so the sweeper never hands a live item to a second worker however long its calls take."""
+    if not held:
+        return 0
+    result = session.execute(
+        update(Item)
+        .where(Item.status == "running", tuple_(Item.id, Item.attempts).in_(list(held)))
+        .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
 def record_calls(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) -> None:
     """Store one `api_calls` row per HTTP attempt (they happened, whatever becomes of the item)."""
     if not calls:
         return
+    now = utcnow()
     session.execute(
         insert(ApiCall),
         [
@@ -93,21 +240,55 @@ def record_calls(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) 
                 "job_id": item.job_id,
                 "item_id": item.id,
                 "endpoint": c.endpoint,
-                "model": c.model,
+                "model": c.model[:_MODEL_CHARS] if c.model else c.model,
                 "attempt": c.attempt,
                 "status_code": c.status_code,
-                "request_id": c.request_id,
+                "request_id": c.request_id[:_REQUEST_ID_CHARS] if c.request_id else c.request_id,
                 "latency_ms": c.latency_ms,
+                "wait_ms": c.wait_ms,
                 "input_tokens": c.input_tokens,
                 "output_tokens": c.output_tokens,
                 "searches": c.searches,
                 "search_results": c.search_results,
                 "cost_usd": c.cost_usd,
-                "error": c.error,
-                "created_at": utcnow(),
+                "error": c.error[:_ERROR_CHARS] if c.error else c.error,
+                "created_at": now,
             }
             for c in calls
         ],
+    )
+
+
+def _usage_after(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) -> ItemUsage:
+    """The item's usage once this try's rows are recorded; the first claim needs no read."""
+    if item.token == 1:
+        return usage_of_rows(calls)
+    return item_usage(session, item.id)
+
+
+def _settle_duplicates(
+    session: Session,
+    job_id: uuid.UUID,
+    leader_id: int,
+    dedupe_key: str,
+    *,
+    status: str,
+    output: dict[str, Any] | None,
+    error: str | None,
+) -> None:
+    """Pending repeats of the leader's request take its result, but none of its cost."""
+    copied = None
+    if output is not None:
+        copied = {**output, "usage": NO_USAGE.as_dict(), "duplicate_of_item": leader_id}
+    session.execute(
+        update(Item)
+        .where(
+            Item.job_id == job_id,
+            Item.dedupe_key == dedupe_key,
+            Item.duplicate_of == leader_id,
+            Item.status == "pending",
+        )
+        .values(status=status, output=copied, error=error, finished_at=utcnow())
     )
 
 
@@ -129,15 +310,8 @@ def _settle(
     if not getattr(result, "rowcount", 0):
         return False  # our lease was taken over; the new holder writes the result
     if item.dedupe_key is not None:
-        session.execute(
-            update(Item)
-            .where(
-                Item.job_id == item.job_id,
-                Item.dedupe_key == item.dedupe_key,
-                Item.duplicate_of == item.id,
-                Item.status == "pending",
-            )
-            .values(status=status, output=output, error=error, finished_at=now)
+        _settle_duplicates(
+            session, item.job_id, item.id, item.dedupe_key, status=status, output=output, error=error
         )
     return True
 
@@ -147,7 +321,8 @@ def finish_item(
 ) -> bool:
     """Store a result. False when the lease was lost (the result is discarded, the calls are kept)."""
     record_calls(session, item, calls)
-    return _settle(session, item, status="done", output=output, error=None)
+    out = {**output, "usage": _usage_after(session, item, calls).as_dict()}
+    return _settle(session, item, status="done", output=out, error=None)
 
 
 def fail_item(
@@ -157,9 +332,10 @@ def fail_item(
     calls: Sequence[CallRow] = (),
     output: dict[str, Any] | None = None,
 ) -> bool:
-    """Record a final failure with its error (and any partial output)."""
+    """Record a final failure with its error (and any partial output), and what every try cost."""
     record_calls(session, item, calls)
-    return _settle(session, item, status="failed", output=output, error=error)
+    out = {**(output or {}), "usage": _usage_after(session, item, calls).as_dict()}
+    return _settle(session, item, status="failed", output=out, error=error[:_ERROR_CHARS])
 
 
 def skip_item(session: Session, item: ClaimedItem, reason: str) -> bool:
@@ -167,12 +343,30 @@ def skip_item(session: Session, item: ClaimedItem, reason: str) -> bool:
     return _settle(session, item, status="skipped", output=None, error=reason)
 
 
-def release_item(session: Session, item: ClaimedItem, error: str, calls: Sequence[CallRow] = ()) -> bool:
-    """Hand a held item back to `pending` for a later retry; the error stays visible meanwhile."""
+def release_item(
+    session: Session,
+    item: ClaimedItem,
+    error: str,
+    calls: Sequence[CallRow] = (),
+    *,
+    retry_at: datetime | None = None,
+) -> bool:
+    """Hand a held item back to `pending` for a later try (not before `retry_at`); the error stays
+    visible meanwhile. A try that sent nothing upstream (no calls) is given back: it cost nothing,
+    so it does not count against the item's tries."""
     record_calls(session, item, calls)
+    values: dict[str, Any] = {
+        "status": "pending",
+        "lease_until": None,
+        "error": error[:_ERROR_CHARS],
+        "enqueued_at": None,  # no message waits for it: the dispatcher sends it again when it is due
+        "not_before": retry_at,
+    }
+    if not calls:
+        values["tries"] = Item.tries - 1
     result = session.execute(
         update(Item)
         .where(Item.id == item.id, Item.status == "running", Item.attempts == item.token)
-        .values(status="pending", lease_until=None, error=error, enqueued_at=utcnow())
+        .values(**values)
     )
     return bool(getattr(result, "rowcount", 0))

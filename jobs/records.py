@@ -16,6 +16,7 @@ class CallRow:
     status_code: int | None
     request_id: str | None
     latency_ms: float
+    wait_ms: float = 0.0
     model: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0

@@ -81,8 +81,10 @@ class Item(Base):
 
     `dedupe_key` identifies identical upstream requests inside a job: only the first such item is
     sent and its result is copied to the others (`duplicate_of`). `lease_until` bounds how long a
-    running item may stay claimed before the sweeper hands it out again; `attempts` doubles as the
-    lease token, so a worker whose lease was taken over cannot overwrite the new owner's result.
+    running item may stay claimed before the sweeper hands it out again (a heartbeat extends it while
+    the item runs); `attempts` counts claims and doubles as the lease token, so a worker whose lease was
+    taken over cannot overwrite the new owner's result; `tries` counts the claims that may have cost
+    money and is capped.
     """
 
     __tablename__ = "items"
@@ -99,7 +101,8 @@ class Item(Base):
     parent_id: Mapped[int | None] = mapped_column(
         ForeignKey("items.id", ondelete="CASCADE"), default=None, index=True
     )
-    stage: Mapped[str] = mapped_column(String(16))  # claim | question | sentence | rewrite | result | compare
+    # claim | question | sentence | investigation | result | compare
+    stage: Mapped[str] = mapped_column(String(16))
     position: Mapped[int] = mapped_column(Integer)
     custom_id: Mapped[str] = mapped_column(String(200))
     mode: Mapped[str] = mapped_column(String(16), default="")
@@ -107,6 +110,11 @@ class Item(Base):
     output: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Claims that may have reached upstream (a claim given back for an infrastructure fault before any call
+    # is not counted); capped by FACTGATE_MAX_ITEM_ATTEMPTS so no item is billed again and again.
+    tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # A released item waits until then before it is dispatched again (backoff after a transient failure).
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     dedupe_key: Mapped[str | None] = mapped_column(String(64), default=None)
     duplicate_of: Mapped[int | None] = mapped_column(BigIntPK, default=None)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
@@ -119,7 +127,7 @@ class ApiCall(Base):
     """One HTTP attempt upstream. Support looks calls up by `request_id` (the upstream `x-request-id`)."""
 
     __tablename__ = "api_calls"
-    __table_args__ = (Index("ix_api_calls_job", "job_id"),)
+    __table_args__ = (Index("ix_api_calls_job", "job_id"), Index("ix_api_calls_item", "item_id"))
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
@@ -130,7 +138,9 @@ class ApiCall(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     status_code: Mapped[int | None] = mapped_column(Integer, default=None)
     request_id: Mapped[str | None] = mapped_column(String(128), default=None, index=True)
-    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)  # the POST alone: upstream latency
+    # Time spent waiting for a rate-limiter slot before this POST: our queue, not the API.
+    wait_ms: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     searches: Mapped[int] = mapped_column(Integer, default=0)

@@ -16,7 +16,7 @@ from checks import answers as gate
 from clients.results import AgentAnswer, Decision, SearchResult
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.flows import Calls, StepError, answers_as_dicts, budget_skip, call_facts, model_of
+from workers.flows import Calls, StepError, answers_as_dicts, call_facts, model_of
 from workers.outcomes import Done, Failed, Outcome
 
 
@@ -107,13 +107,9 @@ def score_sentence(calls: Calls, spec: Mapping[str, Any], model: str) -> dict[st
     }
 
 
-def handle_answer_question(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+def handle_answer_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Ask the Agent API; store its text, results and the sentences to score (with their passages)."""
-    skipped = budget_skip(ctx, item)
-    if skipped is not None:
-        return skipped
     started = datetime.now(UTC).isoformat()
-    calls = Calls(ctx, item)
     try:
         body = gate.answer_request(str(item.input["question"]))
     except ValueError as exc:
@@ -138,12 +134,8 @@ def handle_answer_question(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     return Done(output, calls.rows)
 
 
-def handle_sentence(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+def handle_sentence(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Score one sentence of the answer against the passages it cites."""
-    skipped = budget_skip(ctx, item)
-    if skipped is not None:
-        return skipped
-    calls = Calls(ctx, item)
     try:
         output = score_sentence(calls, item.input, model_of(item))
     except StepError as exc:
@@ -151,17 +143,13 @@ def handle_sentence(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     return Done(output, calls.rows)
 
 
-def handle_investigation(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+def handle_investigation(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Search again for one flagged sentence and score every sentence of the rewrite.
 
     Everything done before a failure stays in the failed item's output (the rewrite text, the sentences
     already scored, every request id), so the report can show it.
     """
-    skipped = budget_skip(ctx, item)
-    if skipped is not None:
-        return skipped
     model = model_of(item)
-    calls = Calls(ctx, item)
     inp = item.input
     output: dict[str, Any] = {"sentence_number": inp.get("sentence_number"), "agent": None, "sentences": []}
     try:

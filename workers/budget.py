@@ -1,8 +1,10 @@
 """Per-job budget: a Redis counter as the fast path, the database as the truth.
 
 Summing `api_calls` for every item would make a 100k-item job quadratic, so spending is counted
-in Redis. If Redis loses the counter (flushed, restarted), it is rebuilt from the database once.
-The check happens before each call, so a job may overshoot by the calls already in flight.
+in Redis. The counter lives a few minutes and is then rebuilt from the database, so an increment lost
+to a Redis hiccup (after a billed answer, which is kept regardless) is corrected soon; a flushed or
+restarted Redis loses the counter and it is rebuilt at the next read. The check happens before each
+try, so a job may overshoot by the calls already in flight.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from jobs.usage import spent_usd
 from workers.context import WorkerContext
 
 KEY = "factgate:spent:{job_id}"
-TTL_S = 7 * 24 * 3600
+TTL_S = 300  # how stale an undercount may get before the counter is rebuilt from `api_calls`
 
 
 def _key(job_id: uuid.UUID) -> str:

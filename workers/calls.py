@@ -26,6 +26,7 @@ def call_rows(record: CallRecord, *, search_cost_usd: float, token_cost_per_m: f
                 status_code=attempt.status,
                 request_id=attempt.request_id,
                 latency_ms=attempt.latency_s * 1000.0,
+                wait_ms=attempt.queue_wait_s * 1000.0,
                 model=record.model,
                 input_tokens=tokens_in,
                 output_tokens=tokens_out,

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from clients.perplexity import PerplexityClient
 from config import Settings
 from models import make_engine, make_session_factory
+from workers.leases import LeaseKeeper
 from workers.limiter import LimiterTimeout, RateLimiter, scope_for
 from workers.signals import record_limiter_wait, record_throttled
 
@@ -55,6 +56,7 @@ class WorkerContext:
     redis: redis_lib.Redis
     limiter: RateLimiter
     client: PerplexityClient
+    leases: LeaseKeeper
 
     def rate_for(self, endpoint: str) -> float:
         """Requests per second allowed upstream for an endpoint (global, all workers)."""
@@ -65,6 +67,7 @@ class WorkerContext:
         }.get(endpoint, self.settings.decisions_rps)
 
     def close(self) -> None:
+        self.leases.close()
         self.client.close()
         self.engine.dispose()
 
@@ -112,13 +115,15 @@ def build_context(settings: Settings) -> WorkerContext:
         before_attempt=before_attempt,
         on_throttled=on_throttled,
     )
+    sessions = make_session_factory(engine)
     ctx = WorkerContext(
         settings=settings,
         engine=engine,
-        sessions=make_session_factory(engine),
+        sessions=sessions,
         redis=rds,
         limiter=limiter,
         client=client,
+        leases=LeaseKeeper(sessions, settings.lease_s),
     )
     ctx_ref.append(ctx)
     return ctx

@@ -1,30 +1,34 @@
-"""What the `answer` and `quote` item handlers share: priced call rows per endpoint, the budget guard,
-reading Decisions answers as plain dicts, and one way to turn an upstream failure into an outcome.
+"""What every item handler shares: priced call rows per endpoint, the budget guard, reading Decisions
+answers as plain dicts, and one way to turn an upstream failure into an outcome.
 
-A handler that makes several calls (an investigation: one Agent call, then one Decisions call per
-rewrite sentence) keeps every call's rows, so each HTTP attempt becomes an `api_calls` row of its item
-whatever happens after it.
+The task gives each handler a `Calls`: every upstream call goes through `Calls.run`, which keeps the call's
+rows whatever happens (an answer, an error, a call stopped half-way because the limiter gave up), so each
+HTTP attempt becomes an `api_calls` row of its item, and counts the money against the job's budget.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from checks import pricing
 from checks.answers import AGENT_PRESET
-from clients.errors import UpstreamError
+from clients.errors import CallInterrupted, UpstreamError
 from clients.records import CallRecord
 from clients.results import Decision
 from jobs.records import CallRow, ClaimedItem
 from workers.budget import over_budget, spend
 from workers.calls import call_rows
 from workers.context import WorkerContext
+from workers.faults import INFRA_ERRORS
 from workers.limiter import LimiterTimeout
 from workers.outcomes import Failed, Outcome, Skipped, Transient
 
-Handler = Callable[[WorkerContext, ClaimedItem], Outcome]
+log = logging.getLogger("factgate.workers")
+
+Handler = Callable[[WorkerContext, ClaimedItem, "Calls"], Outcome]
 
 
 def model_of(item: ClaimedItem) -> str:
@@ -49,7 +53,7 @@ def priced_rows(record: CallRecord, model: str | None = None) -> list[CallRow]:
 
 
 def budget_skip(ctx: WorkerContext, item: ClaimedItem) -> Skipped | None:
-    """Skipped when the job has a budget and has spent it (checked before every item's first call)."""
+    """Skipped when the job has a budget and has spent it (checked before each try of every item)."""
     budget = item.options.get("budget_usd")
     if budget is not None and over_budget(ctx, item.job_id, float(budget)):
         return Skipped(f"budget of ${float(budget):.4f} reached")
@@ -76,12 +80,30 @@ class Calls:
     def add(self, record: CallRecord, model: str | None = None) -> None:
         rows = priced_rows(record, model)
         self.rows += rows
-        spend(self.ctx, self.item.job_id, sum(r.cost_usd for r in rows))
+        try:
+            spend(self.ctx, self.item.job_id, sum(r.cost_usd for r in rows))
+        except INFRA_ERRORS:
+            # The answer is paid for and kept; the counter is rebuilt from `api_calls` when it expires.
+            log.warning(
+                "could not count spend of job %s; the budget counter will be rebuilt", self.item.job_id
+            )
 
     def run(self, call: Callable[[], Any], model: str | None = None) -> Any:
-        """Make one upstream call; record its rows; raise StepError when it does not answer."""
+        """Make one upstream call; record its rows; raise StepError when it does not answer.
+
+        An infrastructure fault (e.g. the limiter's Redis unreachable) propagates as itself, after the rows
+        of any attempts already sent are kept: the task gives the try back.
+        """
         try:
             result = call()
+        except CallInterrupted as exc:
+            self.add(exc.record, model)
+            if isinstance(exc.cause, LimiterTimeout):
+                raise StepError(
+                    f"rate limiter: waited {exc.cause.waited:.1f} s for a slot; retrying later",
+                    retryable=True,
+                ) from None
+            raise exc.cause from None
         except LimiterTimeout as exc:
             # Upstream is paused for longer than one wait (a long Retry-After): try the item later.
             raise StepError(
@@ -138,11 +160,11 @@ def call_facts(record: CallRecord) -> dict[str, Any]:
 def question_handler(by_kind: Mapping[str, Handler]) -> Handler:
     """One `question` stage serves both kinds; the item's input names its kind (set at intake)."""
 
-    def handle(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+    def handle(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
         kind = str(item.input.get("kind") or "")
         handler = by_kind.get(kind)
         if handler is None:
             return Failed(f"no question handler for job kind {kind!r}")
-        return handler(ctx, item)
+        return handler(ctx, item, calls)
 
     return handle

@@ -23,10 +23,13 @@ class Failed:
 
 @dataclass(frozen=True)
 class Transient:
-    """Upstream was unavailable even after the client's retries: try the item again later."""
+    """Upstream (or our own infrastructure) was unavailable even after the client's retries: try the item
+    again later — after `retry_in_s` if given, else after a backoff that grows with its tries. A try with
+    no `calls` sent nothing upstream and does not count against the item's tries."""
 
     error: str
     calls: list[CallRow] = field(default_factory=list)
+    retry_in_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,13 @@ from checks import quotes
 from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.flows import Calls, StepError, answers_as_dicts, budget_skip, call_facts, model_of
+from workers.flows import Calls, StepError, answers_as_dicts, call_facts, model_of
 from workers.outcomes import Done, Failed, Outcome
 
 
-def handle_quote_question(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Search once; keep every result with its quotable sentences."""
-    skipped = budget_skip(ctx, item)
-    if skipped is not None:
-        return skipped
     started = datetime.now(UTC).isoformat()
-    calls = Calls(ctx, item)
     try:
         body = quotes.search_request(str(item.input["question"]))
     except ValueError as exc:
@@ -63,15 +59,11 @@ def _decide(calls: Calls, body: dict[str, Any], model: str) -> tuple[Decision, d
     return decision, facts
 
 
-def handle_result(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+def handle_result(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Rank one result's sentences: which answers best, and does any answer at all."""
-    skipped = budget_skip(ctx, item)
-    if skipped is not None:
-        return skipped
     model = model_of(item)
     source = quotes.SourceResult.from_dict(item.input["result"])
     question = str(item.input["question"])
-    calls = Calls(ctx, item)
     try:
         body = quotes.rank_request(question, source.title, source.url, source.sentences, model)
     except ValueError as exc:
@@ -88,14 +80,10 @@ def handle_result(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     return Done({**facts, "result_index": source.index, "candidate": candidate.as_dict()}, calls.rows)
 
 
-def handle_compare(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+def handle_compare(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Ask the same yes/no of every candidate in one request, so their probabilities share one scale."""
-    skipped = budget_skip(ctx, item)
-    if skipped is not None:
-        return skipped
     model = model_of(item)
     candidates = [quotes.Candidate.from_dict(c) for c in item.input["candidates"]]
-    calls = Calls(ctx, item)
     try:
         body = quotes.compare_request(str(item.input["question"]), [c.sentence for c in candidates], model)
     except ValueError as exc:

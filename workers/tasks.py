@@ -9,32 +9,38 @@ sweeper re-dispatches from the database.
 from __future__ import annotations
 
 import logging
+import random
 import uuid
-from collections.abc import Callable
+from datetime import timedelta
 
-from celery import Task, chord, current_app, shared_task
+from celery import chord, current_app, shared_task
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from config.logging import bind
 from jobs.dispatch import forget_stale_dispatches, in_flight, mark_started, next_window
 from jobs.finalize import maybe_finalize
 from jobs.flows import Step, advance_question, stalled_questions
-from jobs.items import claim_item, fail_item, finish_item, release_item, skip_item
+from jobs.items import Exhausted, claim_item, fail_item, finish_item, release_item, skip_item
 from jobs.records import ClaimedItem
 from jobs.sweeper import expire_leases, live_job_ids
-from models import session_scope
+from models import session_scope, utcnow
 from workers.answers import handle_answer_question, handle_investigation, handle_sentence
 from workers.claims import handle_claim
 from workers.context import WorkerContext, get_context
-from workers.flows import question_handler
+from workers.faults import describe as describe_fault
+from workers.faults import is_infrastructure_fault
+from workers.flows import Calls, Handler, budget_skip, question_handler
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.quotes import handle_compare, handle_quote_question, handle_result
 
 log = logging.getLogger("factgate.workers")
 
 INITIAL_WINDOWS = 2
-Handler = Callable[[WorkerContext, ClaimedItem], Outcome]
+MAX_BACKOFF_S = 60.0
+INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
+SETTLE_PATIENCE_S = 30.0
 HANDLERS: dict[str, Handler] = {
     "claim": handle_claim,
     "question": question_handler({"answer": handle_answer_question, "quote": handle_quote_question}),
@@ -152,46 +158,130 @@ def after_window(job_id: str) -> None:
     dispatch(ctx, jid, 1)
 
 
-@shared_task(name="factgate.run_item", bind=True, max_retries=None)
-def run_item(self: Task, item_id: int) -> None:  # type: ignore[type-arg]
-    """Run one item. Never raises into the chord: every failure is recorded on the item."""
-    ctx = _ctx()
-    with session_scope(ctx.sessions) as session:
-        claimed = claim_item(session, item_id, ctx.settings.lease_s)
-    if claimed is None:
-        return  # already done, running elsewhere, or skipped: a duplicate delivery is a no-op
-    bind(job_id=claimed.job_id)  # every log line of this item carries its job (signals unbind it)
-    handler = HANDLERS.get(claimed.stage)
-    outcome: Outcome
+def _backoff_s(token: int) -> float:
+    """Wait before the next try of a released item: 2, 4, 8 … s by claim number, at most a minute,
+    with ±25 % jitter so items released together do not come back together."""
+    base = min(MAX_BACKOFF_S, 2.0 * float(2 ** max(0, token - 1)))
+    return base * (0.75 + 0.5 * random.random())  # noqa: S311 - spreading, not secrecy
+
+
+def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
+    """Run the item's handler behind the one prologue every stage shares (the budget check, the `Calls`
+    that records every attempt). Never raises: every failure becomes an outcome."""
+    handler = HANDLERS.get(item.stage)
     if handler is None:
-        outcome = Failed(f"no handler for item stage {claimed.stage!r}")
+        return Failed(f"no handler for item stage {item.stage!r}")
+    calls = Calls(ctx, item)
+    try:
+        skipped = budget_skip(ctx, item)
+        if skipped is not None:
+            return skipped
+        return handler(ctx, item, calls)
+    except Exception as exc:
+        if is_infrastructure_fault(exc):
+            # Redis, the database or the broker went away mid-try: the item is not at fault. The detail
+            # (which names internal hosts) goes to the log; the item shows a fixed line.
+            log.warning(
+                "item %s of job %s: infrastructure fault, try given back", item.id, item.job_id, exc_info=True
+            )
+            return Transient(describe_fault(exc), list(calls.rows), retry_in_s=INFRA_RETRY_S)
+        log.exception("item %s of job %s crashed", item.id, item.job_id)
+        return Failed(
+            f"internal error ({type(exc).__name__}); the details are in the worker log", list(calls.rows)
+        )
+
+
+def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:
+    """Store an outcome in the caller's transaction; the question moves on with it when it settles."""
+    settled = False
+    if isinstance(outcome, Done):
+        settled = finish_item(session, item, outcome.output, outcome.calls)
+    elif isinstance(outcome, Failed):
+        settled = fail_item(session, item, outcome.error, outcome.calls, outcome.output)
+    elif isinstance(outcome, Skipped):
+        settled = skip_item(session, item, outcome.reason)
     else:
+        wait = outcome.retry_in_s if outcome.retry_in_s is not None else _backoff_s(item.token)
+        release_item(session, item, outcome.error, outcome.calls, retry_at=utcnow() + timedelta(seconds=wait))
+    if settled and item.stage in ADVANCE_ON_SETTLE:
+        return _advance_nested(session, item.id)
+    return None
+
+
+def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | None:
+    """Store the outcome, riding out a short database outage; never lose the record of what was billed.
+
+    A connection fault is retried with backoff for up to SETTLE_PATIENCE_S (the lease is still being
+    renewed meanwhile). Any other database error — a value the database refuses — must not wedge the item
+    either: its calls are recorded and the item fails with a clear error, in a transaction of its own.
+    """
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception(is_infrastructure_fault),
+            wait=wait_exponential(multiplier=0.25, max=5.0),
+            stop=stop_after_delay(SETTLE_PATIENCE_S),
+            reraise=True,
+        ):
+            with attempt, session_scope(ctx.sessions) as session:
+                return _apply(session, item, outcome)
+    except Exception as exc:
+        if is_infrastructure_fault(exc):
+            log.error(
+                "item %s: could not store its outcome; its lease will expire and it runs again", item.id
+            )
+            return None
+        log.exception("item %s: the database refused its outcome; failing it with its calls", item.id)
+        error = f"the result could not be stored ({type(exc).__name__}); the details are in the worker log"
         try:
-            outcome = handler(ctx, claimed)
-        except Exception as exc:  # a bug must not wedge the job: record it on the item
-            log.exception("item %s of job %s crashed", item_id, claimed.job_id)
-            outcome = Failed(f"internal error: {type(exc).__name__}: {exc}")
-    retries = int(self.request.retries or 0)
-    if isinstance(outcome, Transient) and retries >= ctx.settings.task_max_retries:
-        outcome = Failed(f"{outcome.error} (gave up after {retries + 1} tries)", outcome.calls)
-    step: Step | None = None
-    with session_scope(ctx.sessions) as session:
-        settled = False
-        if isinstance(outcome, Done):
-            settled = finish_item(session, claimed, outcome.output, outcome.calls)
-        elif isinstance(outcome, Failed):
-            settled = fail_item(session, claimed, outcome.error, outcome.calls, outcome.output)
-        elif isinstance(outcome, Skipped):
-            settled = skip_item(session, claimed, outcome.reason)
-        else:
-            release_item(session, claimed, outcome.error, outcome.calls)
-        if settled and claimed.stage in ADVANCE_ON_SETTLE:
-            step = _advance_nested(session, claimed.id)
+            with session_scope(ctx.sessions) as session:
+                fail_item(session, item, error, outcome.calls if not isinstance(outcome, Skipped) else ())
+        except Exception:
+            log.exception("item %s: could not record the failure either; its lease will expire", item.id)
+    return None
+
+
+def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
+    """An item failed at claim for having used every try: its question moves on as after any failure."""
+    if spent.stage not in ADVANCE_ON_SETTLE:
+        return
+    try:
+        with session_scope(ctx.sessions) as session:
+            step = advance_question(session, spent.id)
+    except SQLAlchemyError:
+        log.exception("advancing question %s failed; the sweeper will retry", spent.id)
+        return
+    _follow(ctx, step)
+
+
+@shared_task(name="factgate.run_item")
+def run_item(item_id: int) -> None:
+    """Run one item. Never raises into the chord: every failure is recorded on the item.
+
+    The item is claimed (or failed, when it has used every try), its lease is kept alive while the handler
+    runs, and the outcome is stored with its calls. A transient failure gives the item back with a time
+    before which it is not sent again; the dispatcher sends it when that time has passed.
+    """
+    ctx = _ctx()
+    try:
+        with session_scope(ctx.sessions) as session:
+            claim = claim_item(session, item_id, ctx.settings.lease_s, ctx.settings.max_item_attempts)
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):
+            raise
+        # Nothing was claimed; the item stays dispatched and the sweeper sends it again when that goes stale.
+        log.warning("could not claim item %s: infrastructure fault", item_id, exc_info=True)
+        return
+    if claim is None:
+        return  # already done, running elsewhere, or skipped: a duplicate delivery is a no-op
+    if isinstance(claim, Exhausted):
+        _after_exhausted(ctx, claim)
+        return
+    bind(job_id=claim.job_id)  # every log line of this item carries its job (signals unbind it)
+    with ctx.leases.hold(claim.id, claim.token):
+        outcome = execute(ctx, claim)
+        step = settle(ctx, claim, outcome)
     if step is not None:
         _follow(ctx, step)
-    if isinstance(outcome, Transient):
-        countdown = min(60.0, 2.0 * (2**retries))
-        raise self.retry(countdown=countdown)
 
 
 @shared_task(name="factgate.sweep", ignore_result=True)

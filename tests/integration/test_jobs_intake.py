@@ -76,4 +76,5 @@ def test_lease_token_rejects_a_stale_worker(db: Session) -> None:
     assert release_item(db, stale, "late") is False
     assert finish_item(db, fresh, {"p": 0.9}) is True
     item = db.get(Item, item_id)
-    assert item is not None and item.status == "done" and item.output == {"p": 0.9}
+    assert item is not None and item.status == "done" and item.output is not None
+    assert item.output["p"] == 0.9 and item.output["usage"]["attempts"] == 0

@@ -183,7 +183,7 @@ def test_429_storm_pauses_workers_and_job_completes(
     # The upstream allows 4/s while our limiter believes 10/s: 429s follow, every worker pauses.
     with (
         run_in_thread(SimConfig(decisions_rps=4)) as sim,
-        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_TASK_MAX_RETRIES="8") as stack,
+        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS="8") as stack,
     ):
         stack.start_worker(concurrency=8)
         job_id = stack.submit_claims(reference, {"mode": "ungrounded"})
