@@ -11,8 +11,9 @@ What `clean` does, in this order:
 
 1. Lone surrogates become U+FFFD, as WebIDL's USVString conversion does; a surrogate pair that
    arrived as two code points is joined. Python's UTF-16 codec does both (`surrogatepass` out,
-   `replace` in), so there is no hand-written pairing logic. Invalid UTF-8 in a body reaches this
-   step as lone surrogates (`clients.perplexity` decodes it with `surrogateescape`).
+   `replace` in), so there is no hand-written pairing logic. Invalid UTF-8 in a 200 body reaches
+   this step as lone surrogates (`clients.perplexity` decodes it with `surrogateescape`), so each
+   bad byte becomes U+FFFD and the field is named; httpx already replaces them in error bodies.
 2. Control characters (Unicode General_Category Cc: U+0000–U+001F, U+007F–U+009F; the set is
    fixed by Unicode's stability policy) are removed. Long text (`multiline`) keeps `\\n` and `\\t`,
    turns CRLF and the other line-breaking controls (CR, VT, FF, U+001C–U+001F, NEL) into `\\n`.
@@ -26,8 +27,8 @@ Caps, in characters (Postgres `varchar(n)` counts characters, not bytes):
 
 | field | cap | why |
 |---|---|---|
-| model | 64 | `api_calls.model` is String(64); real names are ~25 characters |
-| request id (`x-request-id`) | 128 | `api_calls.request_id` is String(128); real ids are 36-character UUIDs |
+| model | 64 | `api_calls.model` is String(64); the model names we use are ≤ 30 characters |
+| request id (`x-request-id`) | 128 | `api_calls.request_id` is String(128); a UUID is 36 characters |
 | Search response `id` | 128 | the same kind of id (a UUID), kept to the request-id column's size |
 | result URL | 2,048 | the de-facto URL limit (sitemaps protocol, search engines, CDNs) |
 | result title | 1,000 | page titles are shown at ~60 characters; 1,000 keeps any real one whole |
