@@ -27,7 +27,7 @@ Caps, in characters (Postgres `varchar(n)` counts characters, not bytes):
 
 | field | cap | why |
 |---|---|---|
-| model | 64 | `api_calls.model` is String(64); the model names we use are ≤ 30 characters |
+| model | 64 | `api_calls.model` is String(64); our longest name, simulated, is 35 characters |
 | request id (`x-request-id`) | 128 | `api_calls.request_id` is String(128); a UUID is 36 characters |
 | Search response `id` | 128 | the same kind of id (a UUID), kept to the request-id column's size |
 | result URL | 2,048 | the de-facto URL limit (sitemaps protocol, search engines, CDNs) |
