@@ -334,4 +334,4 @@ def validate_search(data: object, request: Mapping[str, Any]) -> SearchResponse:
     raw_id = body.get("id")
     response_id = clean.text(raw_id, sanitize.SEARCH_ID, "id") if isinstance(raw_id, str) else None
     results = _search_results(body["results"], "results", clean)
-    return SearchResponse(results=results, id=response_id, sanitized=clean.changed)
+    return SearchResponse(results=results, id=response_id or None, sanitized=clean.changed)
