@@ -5,6 +5,10 @@ POST, and either return a validated answer or decide — through `clients.retry`
 wait and try again. Each POST becomes an `AttemptRecord`; the call returns (or raises) with a
 `CallRecord` holding all of them. One `httpx.Client` per instance keeps connections alive;
 it is safe to share between the threads of one worker.
+
+Upstream text enters here and in the validators, and both pass it through `clients.sanitize`:
+the validators clean the answer's fields, this module each attempt's `x-request-id` and error
+message. What was cleaned is named in the record's `sanitized`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from importlib import metadata
 from typing import Any, TypeVar
@@ -27,6 +31,7 @@ from clients.records import AttemptRecord, CallRecord
 from clients.redaction import one_line, redact
 from clients.results import AgentAnswer, Decision, SearchResponse
 from clients.retry import RetryPolicy, retryable_exception, retryable_status
+from clients.sanitize import ERROR, REQUEST_ID, clean, storable_chars
 from clients.validation import MalformedResponseError, validate_agent, validate_decision, validate_search
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
@@ -225,17 +230,34 @@ class PerplexityClient:
         model = _requested_model(body)
         grounded = _grounded(endpoint, body)
         attempts: list[AttemptRecord] = []
+        cleaned: list[str] = []  # attempt fields `clients.sanitize` changed, as "attempt[N].<field>"
         started = self._clock()
 
-        def record(**usage: Any) -> CallRecord:
+        def record(answer_cleaned: Sequence[str] = (), **usage: Any) -> CallRecord:
             return CallRecord(
                 endpoint=endpoint,
                 model=usage.pop("model", None) or model,
                 attempts=list(attempts),
                 latency_s=self._clock() - started,
                 grounded=grounded,
+                sanitized=[*answer_cleaned, *cleaned],
                 **usage,
             )
+
+        def surface(text: str) -> str:
+            message, changed = self._surface(text)
+            if changed:
+                cleaned.append(f"attempt[{len(attempts) + 1}].error")
+            return message
+
+        def request_id_of(response: httpx.Response) -> str | None:
+            raw = response.headers.get("x-request-id") or None
+            if raw is None:
+                return None
+            request_id = clean(raw, REQUEST_ID)
+            if request_id != raw:
+                cleaned.append(f"attempt[{len(attempts) + 1}].request_id")
+            return request_id or None
 
         while True:
             queued = self._clock()
@@ -260,20 +282,18 @@ class PerplexityClient:
             except httpx.HTTPError as error:
                 latency = self._clock() - sent
                 detail = str(error)
-                message = self._surface(
-                    f"{type(error).__name__}: {detail}" if detail else type(error).__name__
-                )
+                message = surface(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
                 retryable = retryable_exception(error)
             else:
                 latency = self._clock() - sent
                 status = response.status_code
-                request_id = response.headers.get("x-request-id") or None
+                request_id = request_id_of(response)
                 retry_after = response.headers.get("retry-after")
                 if status == 200:
                     try:
                         result = validate(_json(response), body)
                     except MalformedResponseError as problem:
-                        message = self._surface(f"malformed response: {problem}")
+                        message = surface(f"malformed response: {problem}")
                         attempts.append(
                             AttemptRecord(status, request_id, latency, message, queue_wait_s=queue_wait)
                         )
@@ -288,8 +308,8 @@ class PerplexityClient:
                         ) from None
                     attempts.append(AttemptRecord(status, request_id, latency, queue_wait_s=queue_wait))
                     self._log(endpoint, attempts)
-                    return replace(result, record=record(**_usage(result)))
-                message = self._surface(error_message(response))
+                    return replace(result, record=record(result.sanitized, **_usage(result)))
+                message = surface(error_message(response))
                 retryable = retryable_status(status)
 
             wait = None
@@ -310,9 +330,16 @@ class PerplexityClient:
                 )
             self._sleep(wait)
 
-    def _surface(self, text: str) -> str:
-        """Everything we show passes through here: one line, no key."""
-        return one_line(redact(text, self._key))
+    def _surface(self, text: str) -> tuple[str, bool]:
+        """Everything we show passes through here: storable, one line, no key.
+
+        Cleaning comes before redaction, so a key an upstream echoes back with a NUL inside it is
+        whole again when `redact` looks for it. The flag says whether cleaning changed the line
+        (control characters or lone surrogates; whitespace is collapsed by `one_line` anyway).
+        """
+        plain = one_line(redact(text, self._key))
+        message = clean(one_line(redact(storable_chars(text, multiline=False), self._key)), ERROR)
+        return message, message != plain
 
     def _log(self, endpoint: str, attempts: list[AttemptRecord]) -> None:
         last = attempts[-1]
@@ -331,6 +358,13 @@ class PerplexityClient:
 def _json(response: httpx.Response) -> object:
     try:
         return response.json()
+    except UnicodeDecodeError:
+        # Invalid UTF-8 inside a JSON string: each bad byte becomes a lone surrogate, which the
+        # validators' cleaning turns into U+FFFD and names in `sanitized`.
+        try:
+            return json.loads(response.content.decode("utf-8", "surrogateescape"))
+        except ValueError:
+            raise MalformedResponseError("body is not JSON") from None
     except ValueError:
         raise MalformedResponseError("body is not JSON") from None
 

@@ -17,9 +17,10 @@ class AttemptRecord:
     `status` is None when no response arrived (transport error or timeout). `retry_after_s` is
     the wait the retry policy chose after this attempt (the server's `Retry-After`, or the
     backoff) for a retryable outcome; on the last attempt it is advisory, since no retry
-    followed. `error` is a one-line, key-redacted description; None on success. `queue_wait_s` is the
-    time spent in `before_attempt` (waiting for a rate-limiter slot) before this POST: our queue, kept
-    apart from `latency_s`, which is the POST alone.
+    followed. `error` is a one-line, key-redacted description; None on success. Both
+    `request_id` and `error` have passed `clients.sanitize`, so they fit their columns. `queue_wait_s`
+    is the time spent in `before_attempt` (waiting for a rate-limiter slot) before this POST: our
+    queue, kept apart from `latency_s`, which is the POST alone.
     """
 
     status: int | None
@@ -39,6 +40,9 @@ class CallRecord:
     `grounded` means each attempt may have run a billed web search (Decisions with
     `mode: "web_grounding"`, Agent with the `web_search` tool, every Search call), so
     `len(attempts)` of a grounded record is an upper bound on billed searches.
+    `sanitized` names every field `clients.sanitize` changed during the call: the answer's own
+    paths (`"model"`, `"results[0].snippet"`), then per attempt `"attempt[N].request_id"` and
+    `"attempt[N].error"`, N counted from 1 as `api_calls.attempt` is.
     """
 
     endpoint: str
@@ -49,6 +53,7 @@ class CallRecord:
     output_tokens: int | None = None
     search_results: int = 0
     grounded: bool = False
+    sanitized: list[str] = field(default_factory=list)
 
     @property
     def attempt_count(self) -> int:

@@ -1,8 +1,11 @@
 """Typed answers from the three APIs, as the validators return them.
 
 Only shapes that passed validation become these objects, so callers can trust every
-probability is a float in [0, 1] and every search result has a URL. `record` is filled in by
-the client once the call is finished; a freshly validated object carries an empty one.
+probability is a float in [0, 1] and every search result has a URL. Every string in them has
+passed `clients.sanitize.clean`, so it can be stored as it is; `sanitized` names each field the
+cleaning changed, by its path in the object (`"model"`, `"search_results[2].snippet"`), so an
+answer that needed it says so. `record` is filled in by the client once the call is finished; a
+freshly validated object carries an empty one.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Decision:
     output_tokens: int
     search_results: list[SearchResult]
     model: str | None
+    sanitized: list[str] = field(default_factory=list)
     record: CallRecord = field(default_factory=lambda: _unsent("decisions"), compare=False)
 
 
@@ -71,6 +75,7 @@ class AgentAnswer:
     model: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    sanitized: list[str] = field(default_factory=list)
     record: CallRecord = field(default_factory=lambda: _unsent("agent"), compare=False)
 
     def result(self, result_id: int) -> SearchResult | None:
@@ -87,4 +92,5 @@ class SearchResponse:
 
     results: list[SearchResult]
     id: str | None = None
+    sanitized: list[str] = field(default_factory=list)
     record: CallRecord = field(default_factory=lambda: _unsent("search"), compare=False)

@@ -4,6 +4,10 @@ A Decisions answer with a probability of 1.5, a `choice` outside the options sen
 missing question would otherwise flow into verdicts and scorecards as if it were real. Each
 validator takes the request body too, so it knows which questions and options were asked,
 and raises `MalformedResponseError` with the path of the first bad value.
+
+Every string kept from a body passes `clients.sanitize` here, the moment it is read: one
+`Sanitizer` per body collects the paths it changed into the result's `sanitized`. Checks that
+need text (a URL must not be blank) look at the cleaned value, since that is what is kept.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+from clients import sanitize
 from clients.results import AgentAnswer, Answer, Decision, SearchResponse, SearchResult
+from clients.sanitize import Sanitizer
 
 QUESTION_TYPES = ("noul", "choice", "score")
 
@@ -68,19 +74,22 @@ def _object(data: object, path: str) -> Mapping[str, Any]:
     return data
 
 
-def _optional_text(item: Mapping[str, Any], name: str, path: str) -> str | None:
-    value = item.get(name)
-    if value is not None and not isinstance(value, str):
-        raise _fail(f"{path}.{name} is {_type_name(value)}, not a string")
-    return value
-
-
-def _search_result(item: object, path: str, *, needs_id: bool = False) -> SearchResult:
+def _search_result(
+    item: object, path: str, clean: Sanitizer, kept_as: str, *, needs_id: bool = False
+) -> SearchResult:
+    """One result read at body `path`; `kept_as` is its path in the returned object (for `sanitized`)."""
     result = _object(item, path)
+
+    def text(name: str, field: sanitize.TextField) -> str | None:
+        value = result.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _fail(f"{path}.{name} is {_type_name(value)}, not a string")
+        return clean.optional(value, field, f"{kept_as}.{name}")
+
     url = result.get("url")
     if url is None:
         raise _fail(f"{path} has no url")
-    if not isinstance(url, str) or not url.strip():
+    if not isinstance(url, str) or not sanitize.clean(url, sanitize.URL).strip():
         raise _fail(f"{path}.url is {url!r}, not a non-empty string")
     result_id: int | None = None
     if needs_id:
@@ -91,26 +100,27 @@ def _search_result(item: object, path: str, *, needs_id: bool = False) -> Search
             raise _fail(f"{path}.id is {raw_id!r}, not an integer")
         result_id = raw_id
     return SearchResult(
-        url=url,
-        title=_optional_text(result, "title", path) or "",
-        snippet=_optional_text(result, "snippet", path) or "",
-        date=_optional_text(result, "date", path),
-        last_updated=_optional_text(result, "last_updated", path),
+        url=clean.text(url, sanitize.URL, f"{kept_as}.url"),
+        title=text("title", sanitize.TITLE) or "",
+        snippet=text("snippet", sanitize.SNIPPET) or "",
+        date=text("date", sanitize.DATE),
+        last_updated=text("last_updated", sanitize.DATE),
         id=result_id,
     )
 
 
-def _search_results(value: object, path: str) -> list[SearchResult]:
+def _search_results(value: object, path: str, clean: Sanitizer) -> list[SearchResult]:
+    """A top-level list of results: the body path is also the path in the returned object."""
     if not isinstance(value, list):
         raise _fail(f"{path} is {_type_name(value)}, not a list")
-    return [_search_result(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    return [_search_result(item, f"{path}[{i}]", clean, f"{path}[{i}]") for i, item in enumerate(value)]
 
 
-def _model(data: Mapping[str, Any]) -> str | None:
+def _model(data: Mapping[str, Any], clean: Sanitizer) -> str | None:
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise _fail(f"model is {_type_name(model)}, not a string")
-    return model
+    return clean.optional(model, sanitize.MODEL, "model")
 
 
 # --- Decisions -------------------------------------------------------------------------------
@@ -154,7 +164,9 @@ def _choice_answer(answer: Mapping[str, Any], question: Mapping[str, Any], path:
     )
 
 
-def _score_answer(answer: Mapping[str, Any], question: Mapping[str, Any], path: str) -> Answer:
+def _score_answer(
+    answer: Mapping[str, Any], question: Mapping[str, Any], path: str, clean: Sanitizer
+) -> Answer:
     criteria = question.get("criteria")
     levels = [str(i) for i in range(len(criteria))] if isinstance(criteria, list) and criteria else None
     score = answer.get("score")
@@ -171,11 +183,11 @@ def _score_answer(answer: Mapping[str, Any], question: Mapping[str, Any], path: 
         score=float(score),
         probabilities=_probabilities(answer, path, levels),
         confidence=_confidence(answer, path),
-        legend=dict(_object(legend, f"{path}.legend")),
+        legend=clean.json(dict(_object(legend, f"{path}.legend")), sanitize.LEGEND, f"{path}.legend"),
     )
 
 
-def _answer(raw: object, question: Mapping[str, Any], path: str) -> Answer:
+def _answer(raw: object, question: Mapping[str, Any], path: str, clean: Sanitizer) -> Answer:
     answer = _object(raw, path)
     asked = question.get("type")
     stated = answer.get("type")
@@ -191,7 +203,7 @@ def _answer(raw: object, question: Mapping[str, Any], path: str) -> Answer:
     if kind == "choice":
         return _choice_answer(answer, question, path)
     if kind == "score":
-        return _score_answer(answer, question, path)
+        return _score_answer(answer, question, path, clean)
     raise _fail(f"{path} has unknown type {kind!r} (expected one of {', '.join(QUESTION_TYPES)})")
 
 
@@ -202,7 +214,8 @@ def validate_decision(data: object, request: Mapping[str, Any]) -> Decision:
     are ignored. A missing `search_results` counts as [] (the seed's client reads it that way).
     """
     body = _object(data, "body")
-    model = _model(body)
+    clean = Sanitizer()
+    model = _model(body, clean)
     if "answers" not in body:
         raise _fail("answers is missing")
     answers = _object(body["answers"], "answers")
@@ -216,20 +229,21 @@ def validate_decision(data: object, request: Mapping[str, Any]) -> Decision:
         path = _key("answers", name)
         if name not in answers:
             raise _fail(f"{path} is missing (the request asked for it)")
-        parsed[name] = _answer(answers[name], question if isinstance(question, Mapping) else {}, path)
+        parsed[name] = _answer(answers[name], question if isinstance(question, Mapping) else {}, path, clean)
     if "usage" not in body:
         raise _fail("usage is missing")
     usage = _object(body["usage"], "usage")
     input_tokens = _token_count(usage, "input_tokens")
     output_tokens = _token_count(usage, "output_tokens")
     raw_results = body.get("search_results")
-    results = [] if raw_results is None else _search_results(raw_results, "search_results")
+    results = [] if raw_results is None else _search_results(raw_results, "search_results", clean)
     return Decision(
         answers=parsed,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         search_results=results,
         model=model,
+        sanitized=clean.changed,
     )
 
 
@@ -248,7 +262,7 @@ def _message_text(item: Mapping[str, Any], path: str) -> str:
         text = part.get("text")
         if not isinstance(text, str):
             raise _fail(f"{path}.content[{i}].text is {_type_name(text)}, not a string")
-        if text.strip():
+        if sanitize.storable_chars(text, multiline=True).strip():  # blank once cleaned: no text
             texts.append(text)
     return "\n\n".join(texts)
 
@@ -273,6 +287,7 @@ def validate_agent(data: object, request: Mapping[str, Any]) -> AgentAnswer:
     """
     del request
     body = _object(data, "body")
+    clean = Sanitizer()
     output = body.get("output")
     if not isinstance(output, list):
         raise _fail(f"output is {_type_name(output) if 'output' in body else 'missing'}, not a list")
@@ -287,20 +302,22 @@ def validate_agent(data: object, request: Mapping[str, Any]) -> AgentAnswer:
             found = item.get("results")
             if not isinstance(found, list):
                 raise _fail(f"output[{i}].results is {_type_name(found)}, not a list")
-            results.extend(
-                _search_result(r, f"output[{i}].results[{j}]", needs_id=True) for j, r in enumerate(found)
-            )
+            for j, raw in enumerate(found):  # kept flat: `results[n]` counts across items
+                where = f"output[{i}].results[{j}]"
+                results.append(_search_result(raw, where, clean, f"results[{len(results)}]", needs_id=True))
     if not text:
         raise _fail("no message text: output has no message with output_text")
+    text = clean.text(text, sanitize.ANSWER_TEXT, "text")
     if not results:
         raise _fail("no search results: the model answered without searching")
     input_tokens, output_tokens = _optional_usage(body)
     return AgentAnswer(
         text=text,
         results=results,
-        model=_model(body),
+        model=_model(body, clean),
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        sanitized=clean.changed,
     )
 
 
@@ -313,6 +330,8 @@ def validate_search(data: object, request: Mapping[str, Any]) -> SearchResponse:
     body = _object(data, "body")
     if "results" not in body:
         raise _fail("results is missing")
-    results = _search_results(body["results"], "results")
+    clean = Sanitizer()
     raw_id = body.get("id")
-    return SearchResponse(results=results, id=raw_id if isinstance(raw_id, str) else None)
+    response_id = clean.text(raw_id, sanitize.SEARCH_ID, "id") if isinstance(raw_id, str) else None
+    results = _search_results(body["results"], "results", clean)
+    return SearchResponse(results=results, id=response_id or None, sanitized=clean.changed)

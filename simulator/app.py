@@ -282,7 +282,10 @@ def _handle(state: SimulatorState, name: str, endpoint: str) -> Response:
     except Exception:
         log.exception("simulator engine failed on %s", name)
         return _json(500, error_body("Internal server error", "internal_server_error"))
-    return _json(200, _encode(endpoint, payload, draw.fault))
+    response = _json(200, _encode(endpoint, payload, draw.fault))
+    if draw.fault == "request_id_long":
+        response.headers["x-request-id"] = fault_kit.long_request_id()
+    return response
 
 
 def _test_headers() -> dict[str, str]:
@@ -313,6 +316,8 @@ def _replacing_fault(state: SimulatorState, endpoint: str, draw: Draw) -> Respon
     if fault == "drop":
         request.environ[DROP_FLAG] = True
         return Response(b"", 200)
+    if fault == "error_nul":
+        return _json(400, fault_kit.nul_error(endpoint))
     status, error_type, message = SERVER_ERRORS[fault]
     return _json(status, error_body(message, error_type))
 
@@ -332,6 +337,8 @@ def _answer(state: SimulatorState, endpoint: str, raw: bytes) -> dict[str, Any]:
 def _encode(endpoint: str, payload: dict[str, Any], fault: str | None) -> bytes:
     if fault == "bad_probability":
         return dumps(fault_kit.break_shape(endpoint, copy.deepcopy(payload)))
+    if fault in fault_kit.HOSTILE_BODY_FAULTS:
+        return fault_kit.hostile(endpoint, copy.deepcopy(payload), fault)
     body = dumps(payload)
     if fault == "malformed_json":
         return fault_kit.malformed(body)

@@ -32,7 +32,7 @@ class SimConfig:
         "bad_probability",
         "slow",
         "drop",
-    )  # kinds drawn from when a fault fires
+    )  # kinds drawn from when a fault fires; the hostile ones (faults.HOSTILE_FAULTS) are opt-in
     slow_s: float = 35.0  # how long a "slow" fault stalls (above client timeout)
     html_504_delay_s: float = 0.0  # delay before a 504 HTML page (real: ~60 s)
     allow_test_headers: bool = True  # honour X-Sim-* per-request headers

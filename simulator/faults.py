@@ -18,6 +18,20 @@ A fault fires with probability `fault_rate`; its kind is drawn uniformly from `S
 | `slow`            | the real answer after `slow_s` seconds (longer than a client timeout)              |
 | `drop`            | the connection closes without any response (the client sees a transport error)    |
 
+Hostile kinds: answers that parse and pass the shape checks but carry text Postgres cannot store as it
+is. They are for drills of the client's cleaning (`clients.sanitize`) and are not in the default `faults`:
+
+| kind              | symptom                                                                            |
+|-------------------|------------------------------------------------------------------------------------|
+| `model_long`      | 200 whose `model` is 100,000 characters (Search has no model: its `id` is)         |
+| `model_nul`       | 200 whose `model` holds a `\u0000` (Search: its `id` does)                         |
+| `error_nul`       | 400 `invalid_request_error` whose `error.message` holds a `\u0000` (not retryable) |
+| `result_nul`      | 200 whose search results' `title` and `snippet` hold a `\u0000`: grounded          |
+|                   | Decisions `search_results`, Agent results, Search results (ungrounded: unchanged)  |
+| `request_id_long` | the real 200 answer with an `x-request-id` of 6,000 characters                     |
+| `surrogate`       | 200 in ASCII JSON whose text fields hold the lone surrogate escape `\ud800`:       |
+|                   | `model` (Search: `id`), results' `title` and `snippet`, the Agent message text     |
+
 Test-only request headers, honoured when `allow_test_headers` (see `TEST_HEADERS`):
 `X-Sim-Fault: <kind>|none` forces (or suppresses) a fault for that request without drawing;
 `X-Sim-Latency: <seconds>` replaces the latency draw; `X-Sim-Retry-After: <value>` is sent verbatim as the
@@ -26,15 +40,21 @@ Test-only request headers, honoured when `allow_test_headers` (see `TEST_HEADERS
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import threading
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from simulator.config import SimConfig
+from simulator.wire import dumps, error_body
 
+HOSTILE_FAULTS = ("model_long", "model_nul", "error_nul", "result_nul", "request_id_long", "surrogate")
+# Hostile kinds `hostile` applies to a body (error_nul replaces the answer; request_id_long is a header).
+HOSTILE_BODY_FAULTS = frozenset({"model_long", "model_nul", "result_nul", "surrogate"})
 FAULT_KINDS = (
     "429",
     "500",
@@ -46,13 +66,20 @@ FAULT_KINDS = (
     "bad_probability",
     "slow",
     "drop",
+    *HOSTILE_FAULTS,
 )
 # Answered instead of the request (nothing reaches the engine).
-REPLACING_FAULTS = frozenset({"429", "500", "502", "503", "504_html", "drop"})
+REPLACING_FAULTS = frozenset({"429", "500", "502", "503", "504_html", "drop", "error_nul"})
 # Applied to a successful answer's body.
-BODY_FAULTS = frozenset({"malformed_json", "truncated_json", "bad_probability"})
+BODY_FAULTS = frozenset({"malformed_json", "truncated_json", "bad_probability"}) | HOSTILE_BODY_FAULTS
 LATENCY_MODELS = ("fixed", "normal", "lognormal")
 BAD_PROBABILITY = 1.7
+LONG_MODEL_CHARS = 100_000
+LONG_REQUEST_ID_CHARS = 6_000
+NUL = "\u0000"
+LONE_SURROGATE = "\ud800"
+# The body field a Decisions, Agent or Search request sends its text in (named as `param` of `error_nul`).
+TEXT_PARAM = {"decisions": "state", "agent": "input", "search": "query"}
 
 FAULT_HEADER = "X-Sim-Fault"
 LATENCY_HEADER = "X-Sim-Latency"
@@ -218,3 +245,83 @@ def malformed(body: bytes) -> bytes:
 def truncated(body: bytes) -> bytes:
     """The `truncated_json` fault: the first half of the body, as if the connection stopped mid-answer."""
     return body[: max(1, len(body) // 2)]
+
+
+def hostile(endpoint: str, payload: dict[str, Any], fault: str) -> bytes:
+    """A body fault that keeps the shape valid but carries text Postgres refuses (see the table above).
+
+    `surrogate` is serialised as ASCII JSON, the only way a lone surrogate can travel: as the escape
+    `\\ud800` (a UTF-8 body cannot hold one). The others keep the gateway's byte layout.
+    """
+    if fault == "model_long":
+        _set_model(endpoint, payload, lambda model: _pad(model, LONG_MODEL_CHARS))
+    elif fault == "model_nul":
+        _set_model(endpoint, payload, _with(NUL))
+    elif fault == "result_nul":
+        for result in _every_result(endpoint, payload):
+            for name in ("title", "snippet"):
+                result[name] = _with(NUL)(str(result.get(name) or name))
+    elif fault == "surrogate":
+        mark = _with(LONE_SURROGATE)
+        _set_model(endpoint, payload, mark)
+        for result in _every_result(endpoint, payload):
+            for name in ("title", "snippet"):
+                result[name] = mark(str(result.get(name) or name))
+        for part in _message_parts(endpoint, payload):
+            part["text"] = mark(str(part.get("text", "")))
+        return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    else:
+        raise ValueError(f"{fault!r} is not a hostile body fault")
+    return dumps(payload)
+
+
+def nul_error(endpoint: str) -> bytes:
+    """The `error_nul` fault's 400 body: a request error whose message quotes a NUL back."""
+    param = TEXT_PARAM.get(endpoint, "input")
+    message = f"{param} contains an unsupported character at position 7: '{NUL}'"
+    return error_body(message, "invalid_request_error", param=param)
+
+
+def long_request_id() -> str:
+    """The `request_id_long` fault's header: a plausible id, repeated to 6,000 characters."""
+    return _pad(f"req-{uuid.uuid4().hex}", LONG_REQUEST_ID_CHARS)
+
+
+def _pad(text: str, length: int) -> str:
+    return (text * (length // max(1, len(text)) + 1))[:length]
+
+
+def _with(char: str) -> Callable[[str], str]:
+    """Insert `char` in the middle of a text, where a simple strip of the ends would not find it."""
+    return lambda text: f"{text[: len(text) // 2]}{char}{text[len(text) // 2 :]}"
+
+
+def _set_model(endpoint: str, payload: dict[str, Any], change: Callable[[str], str]) -> None:
+    field = "id" if endpoint == "search" else "model"
+    payload[field] = change(str(payload.get(field) or field))
+
+
+def _every_result(endpoint: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    if endpoint == "decisions":
+        found: list[dict[str, Any]] = payload.get("search_results") or []
+        return found
+    if endpoint == "search":
+        return _results_of(endpoint, payload)
+    return [
+        r
+        for item in payload.get("output", [])
+        if item.get("type") == "search_results"
+        for r in item["results"]
+    ]
+
+
+def _message_parts(endpoint: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    if endpoint != "agent":
+        return []
+    return [
+        part
+        for item in payload.get("output", [])
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+        if part.get("type") == "output_text"
+    ]
