@@ -21,6 +21,7 @@ from clients.results import AgentAnswer, Answer, Decision, SearchResponse, Searc
 from clients.sanitize import Sanitizer
 
 QUESTION_TYPES = ("noul", "choice", "score")
+MAX_TOKEN_COUNT = 2**31 - 1
 
 
 class MalformedResponseError(ValueError):
@@ -65,6 +66,9 @@ def _token_count(usage: Mapping[str, Any], name: str) -> int:
         raise _fail(f"{path} is {value!r}, not an integer")
     if value < 0:
         raise _fail(f"{path} is {value}, negative")
+    if value > MAX_TOKEN_COUNT:
+        # Stored in 32-bit integer columns; no real request comes near (the input limit is 262,144).
+        raise _fail(f"{path} is {value}, more than any request can use")
     return value
 
 

@@ -35,6 +35,7 @@ def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome
         ),
         "request_id": rec.request_id,
         "request_ids": rec.request_ids,
+        "sanitized": list(rec.sanitized),
         "input_tokens": decision.input_tokens,
         "output_tokens": decision.output_tokens,
         "model": decision.model,

@@ -148,12 +148,14 @@ def answers_as_dicts(decision: Decision) -> dict[str, dict[str, Any]]:
 
 
 def call_facts(record: CallRecord) -> dict[str, Any]:
-    """What an item's output keeps of one call: request ids, attempts, latency."""
+    """What an item's output keeps of one call: request ids, attempts, latency, and which upstream fields
+    had to be cleaned to be storable (`sanitized`, see clients/sanitize.py; usually empty)."""
     return {
         "request_id": record.request_id,
         "request_ids": record.request_ids,
         "attempts": record.attempt_count,
         "latency_s": round(record.latency_s, 4),
+        "sanitized": list(record.sanitized),
     }
 
 

@@ -147,6 +147,7 @@ MALFORMED_DECISIONS = [
     ("usage", DELETE, "usage is missing"),
     ("usage", 5, "usage is a number, not an object"),
     ("usage.input_tokens", -1, "usage.input_tokens is -1, negative"),
+    ("usage.input_tokens", 2**31, "usage.input_tokens is 2147483648, more than any request can use"),
     ("usage.input_tokens", 1.5, "usage.input_tokens is 1.5, not an integer"),
     ("usage.input_tokens", 100.0, "usage.input_tokens is 100.0, not an integer"),
     ("usage.input_tokens", True, "usage.input_tokens is True, not an integer"),

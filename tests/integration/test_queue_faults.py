@@ -1,0 +1,322 @@
+"""Nothing the upstream or our own infrastructure does can wedge an item, bill it twice or lose its record.
+
+Real Postgres, Redis, `celery worker` subprocesses and the simulator over HTTP. Each hostile upstream
+behaviour ends every item done or failed within its tries and the job completes; a Redis that goes away
+for a few seconds (a server of this test's own) fails nothing; a call slower than the lease is not sent
+twice; and under 50 % transient faults the accounting matches what the upstream counted, request by request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis as redis_lib
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from config import Settings
+from jobs.claims import iter_claim_results
+from jobs.tenancy import create_token
+from models import ApiCall, Item, Job, session_scope
+from simulator.config import SimConfig
+from simulator.server import RunningSimulator, run_in_thread
+from tests.integration.stack import Stack, fresh_database, running_stack
+from web.app import create_app
+from workers.app import make_celery
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MAX_TRIES = 3
+CLIENT_ATTEMPTS = 4  # one POST and three client retries per try
+
+
+def _claims(n: int, prefix: str = "claim") -> list[dict[str, Any]]:
+    return [
+        {"id": f"c{i}", "claim": f"The {prefix} number {i} is about Rust 1.0 in May 2015."} for i in range(n)
+    ]
+
+
+def _items(engine: Engine, job_id: uuid.UUID) -> list[Item]:
+    with Session(engine) as s:
+        return list(s.scalars(select(Item).where(Item.job_id == job_id).order_by(Item.position, Item.id)))
+
+
+def _calls_by_item(engine: Engine, job_id: uuid.UUID) -> dict[int, int]:
+    with Session(engine) as s:
+        rows = s.execute(
+            select(ApiCall.item_id, func.count()).where(ApiCall.job_id == job_id).group_by(ApiCall.item_id)
+        ).all()
+    return {int(i): int(n) for i, n in rows}
+
+
+def _storable(value: object) -> bool:
+    """No NUL and valid UTF-8 all the way down (what Postgres text and JSONB accept)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return "\x00" not in value
+    if isinstance(value, dict):
+        return all(_storable(k) and _storable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_storable(v) for v in value)
+    return True
+
+
+@pytest.fixture
+def queue_db() -> Iterator[tuple[str, Engine]]:
+    with fresh_database() as db:
+        yield db
+
+
+def _assert_bounded(stack: Stack, job_id: uuid.UUID, job: Job) -> list[Item]:
+    assert job.status == "completed", job.error
+    items = _items(stack.engine, job_id)
+    assert items and all(i.status in ("done", "failed") for i in items), [(i.id, i.status) for i in items]
+    calls = _calls_by_item(stack.engine, job_id)
+    for item in items:
+        assert item.tries <= MAX_TRIES
+        assert calls.get(item.id, 0) <= MAX_TRIES * CLIENT_ATTEMPTS
+        assert _storable(item.output) and _storable(item.error or "")
+    return items
+
+
+@pytest.mark.parametrize(
+    ("kind", "expect"),
+    [
+        ("model_long", "done"),
+        ("model_nul", "done"),
+        ("result_nul", "done"),
+        ("request_id_long", "done"),
+        ("surrogate", "done"),
+        ("error_nul", "failed"),
+    ],
+)
+def test_hostile_upstream_claims_end_within_their_tries(
+    queue_db: tuple[str, Engine], tmp_path: Path, kind: str, expect: str
+) -> None:
+    url, engine = queue_db
+    with (
+        run_in_thread(SimConfig(decisions_rps=0, fault_rate=1.0, faults=(kind,))) as sim,
+        running_stack(
+            url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES)
+        ) as stack,
+    ):
+        stack.start_worker(concurrency=4)
+        job_id = stack.submit_claims(_claims(4), {"mode": "grounded"})
+        job = stack.wait_job(job_id, timeout=90)
+        items = _assert_bounded(stack, job_id, job)
+    assert [i.status for i in items] == [expect] * 4
+    for item in items:
+        output = item.output or {}
+        if expect == "done":
+            # One try, one POST: a hostile but valid answer is stored, not re-billed.
+            assert item.tries == 1 and output["usage"]["attempts"] == 1
+            assert output["sanitized"], output  # what was cleaned is said
+        else:
+            assert item.error is not None and "400" in item.error and "\x00" not in item.error
+    with Session(engine) as s:
+        stored = list(s.scalars(select(ApiCall).where(ApiCall.job_id == job_id)))
+    assert all(len(c.request_id or "") <= 128 and len(c.model or "") <= 64 for c in stored)
+
+
+@pytest.mark.parametrize("kind", ["result_nul", "surrogate", "model_long"])
+def test_hostile_upstream_answer_and_quote_jobs_complete(
+    queue_db: tuple[str, Engine], tmp_path: Path, kind: str
+) -> None:
+    url, engine = queue_db
+    with (
+        run_in_thread(
+            SimConfig(decisions_rps=0, agent_rps=0, search_rps=0, fault_rate=1.0, faults=(kind,))
+        ) as sim,
+        running_stack(
+            url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES)
+        ) as stack,
+    ):
+        stack.start_worker(concurrency=4)
+        answer = stack.submit_answer([{"id": "q1", "question": "How deep is the Mariana Trench?"}])
+        quote = stack.submit_quote([{"id": "q1", "question": "How many bones are in the adult human body?"}])
+        for job_id in (answer, quote):
+            job = stack.wait_job(job_id, timeout=120)
+            items = _assert_bounded(stack, job_id, job)
+            question = next(i for i in items if i.parent_id is None)
+            assert question.status == "done" and (question.output or {}).get("report"), question.error
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OwnRedis:
+    """A redis-server of this test's own, to stop and start at will (nothing on disk)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = _free_port()
+        self.tmp = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe, "redis-server is needed for this test"
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.tmp)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis_lib.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis_lib.exceptions.ConnectionError):
+                if client.ping():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("own redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def test_a_short_redis_outage_fails_nothing_and_runs_each_item_once(
+    queue_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    url, engine = queue_db
+    own = OwnRedis(tmp_path)
+    own.start()
+    try:
+        with (
+            run_in_thread(SimConfig(decisions_rps=0, latency_s=0.05)) as sim,
+            running_stack(
+                url,
+                engine,
+                sim.base_url,
+                tmp_path,
+                FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES),
+                FACTGATE_LEASE_S="6",
+            ) as stack,
+        ):
+            stack.env["REDIS_URL"] = own.url  # broker, limiter and budget counters all live here
+            stack.env["FACTGATE_DECISIONS_RPS"] = "20"
+            stack.start_worker(concurrency=8)
+            job_id = stack.submit_claims(_claims(120, "outage"), {"mode": "grounded", "budget_usd": 100})
+            _wait_some_done(engine, job_id, 10)
+            own.stop()  # Redis gone mid-job: in-flight items hit the limiter, the budget, the broker
+            time.sleep(4)
+            own.start()  # back, empty: every queued message and counter is lost
+            job = stack.wait_job(job_id, timeout=150)
+            items = _assert_bounded(stack, job_id, job)
+            sim_decisions = _sim_count(sim, "decisions")
+    finally:
+        own.stop()
+    assert [i.status for i in items] == ["done"] * 120
+    assert all(i.error is None for i in items)
+    # Exactly once: one stored result per item, and the upstream saw no more than one answered POST each.
+    assert sum((i.output or {})["usage"]["attempts"] for i in items) == sim_decisions
+    assert all(i.tries == 1 for i in items), sorted({i.tries for i in items})
+
+
+def _wait_some_done(engine: Engine, job_id: uuid.UUID, n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with Session(engine) as s:
+            done = s.scalar(select(func.count()).where(Item.job_id == job_id, Item.status == "done")) or 0
+        if done >= n:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"fewer than {n} items done after {timeout}s")
+
+
+def _sim_count(sim: RunningSimulator, endpoint: str) -> int:
+    """POSTs the simulator answered on one endpoint, whatever it answered."""
+    snap: dict[str, Any] = httpx.get(f"{sim.base_url}/stats", timeout=5).json()
+    return int(sum(snap["endpoints"].get(endpoint, {}).values()))
+
+
+def test_a_call_slower_than_the_lease_is_sent_once(queue_db: tuple[str, Engine], tmp_path: Path) -> None:
+    """The heartbeat keeps the lease of a live item, so the sweeper never starts a second copy."""
+    url, engine = queue_db
+    with (
+        run_in_thread(SimConfig(decisions_rps=0, latency_s=4.0)) as sim,
+        running_stack(
+            url, engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="1", FACTGATE_HTTP_TIMEOUT_S="30"
+        ) as stack,
+    ):
+        stack.start_worker(concurrency=4)
+        job_id = stack.submit_claims(_claims(3, "slow"), {"mode": "ungrounded"})
+        job = stack.wait_job(job_id, timeout=60)
+        items = _assert_bounded(stack, job_id, job)
+        assert _sim_count(sim, "decisions") == 3
+    assert [i.status for i in items] == ["done"] * 3
+    assert [i.attempts for i in items] == [1, 1, 1]  # claimed once each: no lease ever expired
+    assert _calls_by_item(engine, job_id) == {i.id: 1 for i in items}
+
+
+def test_accounting_under_half_transient_faults_matches_the_upstream(
+    queue_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    url, engine = queue_db
+    config = SimConfig(decisions_rps=0, fault_rate=0.5, faults=("500", "502", "503"), seed=7)
+    with (
+        run_in_thread(config) as sim,
+        running_stack(url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS="6") as stack,
+    ):
+        stack.start_worker(concurrency=8)
+        job_id = stack.submit_claims(_claims(150, "faulty"), {"mode": "grounded"})
+        job = stack.wait_job(job_id, timeout=240)
+        upstream_posts = _sim_count(sim, "decisions")
+        assert job.status == "completed", job.error
+        with Session(engine) as s:
+            results = list(iter_claim_results(s, job))
+            request_ids = [
+                r for (r,) in s.execute(select(ApiCall.request_id).where(ApiCall.job_id == job_id)) if r
+            ]
+        resolved = _resolve_all(stack, url, tmp_path, request_ids)
+    attempts = sum(r["results"]["grounded"]["attempts"] for r in results)
+    usage = job.usage or {}
+    card = (job.summary or {})["scorecards"]["grounded"]
+    print(f"\nupstream POSTs {upstream_posts}, result attempts {attempts}, job searches {usage['searches']}")
+    assert attempts == usage["searches"] == upstream_posts == card["grounded_attempts"]
+    assert upstream_posts > 150  # the faults really happened
+    assert resolved == len(request_ids) == upstream_posts
+
+
+def _resolve_all(stack: Stack, pg_url: str, tmp: Path, request_ids: list[str]) -> int:
+    """Every stored request id resolves through the API, for the tenant that owns the job."""
+    overrides = {
+        "database_url": pg_url,
+        "redis_url": None,
+        "perplexity_api_key": None,
+        "instance_path": tmp / "w",
+    }
+    celery = make_celery(Settings().with_overrides(overrides))
+    app = create_app(overrides, celery=celery)
+    res = app.extensions["factgate"]
+    with session_scope(res.sessions) as session:
+        token = create_token(session, "acme").token
+    client = app.test_client()
+    found = 0
+    for rid in request_ids:
+        resp = client.get(f"/v1/requests/{rid}", headers={"Authorization": f"Bearer {token}"})
+        assert resp.status_code == 200, (rid, resp.get_json())
+        found += 1
+    res.engine.dispose()
+    return found
