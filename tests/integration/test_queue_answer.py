@@ -38,7 +38,7 @@ QUESTIONS = [
     "How tall is the Eiffel Tower today, and how much has its height changed since it opened?",
 ]
 ROWS = [{"id": f"q{n}", "question": q} for n, q in enumerate(QUESTIONS, start=1)]
-INVESTIGATION_MARK = "Earlier answer:"  # our investigation prompt (checks.answer_requests)
+INVESTIGATION_MARK = "did not clearly support this sentence"  # checks.answer_requests, investigation
 
 
 @dataclass
