@@ -1,8 +1,14 @@
 """Request bodies for the answer gate (docs/spec.md §3): the Agent API calls that write and rewrite the
 answer, and the one Decisions request per sentence that scores it against the passages it cites.
 
-Nothing here sends anything: jobs/ and workers/ post these bodies through clients/. The instruction and
-question texts are part of the contract, since changing a word changes the probabilities.
+Nothing here sends anything: jobs/ and workers/ post these bodies through clients/.
+
+The Agent instructions, the investigation prompt and the `checkable` / `supports_n` / `contradicts_n` texts
+are behaviour-defining data, not prose to polish: changing a word changes what the Agent writes and the
+probabilities the Decisions API returns. The cutoffs of checks/answer_labels.py and the recorded outcomes
+of docs/spec.md §7.2 were measured with the reference recipe's texts, so these are that recipe's texts
+verbatim (docs/spec.md §3.7), as the quote finder's are (checks/quotes.py). Change one only together with
+new measurements.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ __all__ = [
     "CitedPassages",
     "answer_request",
     "cite_passages",
+    "contradicts_instructions",
     "contradicts_question",
     "investigation_request",
     "sentence_request",
+    "supports_instructions",
     "supports_question",
 ]
 
@@ -34,18 +42,33 @@ AGENT_TOOLS: Final = ({"type": "web_search"},)
 
 # Each sentence is later scored on its own, hence the ask for a marker on every factual sentence and for
 # sentences that name their subject ("Its orbit..." cannot be checked without the sentence before it).
+# Verbatim from the reference recipe (see the module docstring).
 ANSWER_INSTRUCTIONS: Final = (
-    "Write the answer as plain prose paragraphs, without lists, headings, tables or bold text. "
-    "End every sentence that states a fact with a bracketed marker such as [2] that names the search "
-    "result backing it. Each sentence will be read on its own, so name its subject in full instead of "
-    "opening with a pronoun such as it, its or they."
+    "Answer in plain prose paragraphs with no bullet points, headings, or bold text. "
+    "Put a citation marker like [3] at the end of every sentence that states a fact, "
+    "citing the search result that supports it. Write every sentence so it makes sense on its own: "
+    "name the subject instead of starting with it, its, or they."
 )
 
 CHECKABLE_QUESTION: Final = "checkable"
 CHECKABLE_INSTRUCTIONS: Final = (
-    "Is the claim a statement of fact that a source could confirm or refute? "
-    "Opinions, transitions between topics and questions are not."
+    "Is the claim a factual statement that could be verified against a source? "
+    "Opinions, transitions, and questions are not checkable."
 )
+
+
+def supports_instructions(passage_id: str | int) -> str:
+    """The `supports_n` text (verbatim from the reference recipe)."""
+    return (
+        f"Does passage {passage_id} state or directly imply the claim? "
+        "Being about the same topic is not support; the passage has to back the specific claim."
+    )
+
+
+def contradicts_instructions(passage_id: str | int) -> str:
+    """The `contradicts_n` text (verbatim from the reference recipe)."""
+    return f"Does passage {passage_id} state something that cannot be true if the claim is true?"
+
 
 MAX_QUESTIONS: Final = 128  # Decisions API limit per request
 MAX_CITED_PASSAGES: Final = (MAX_QUESTIONS - 1) // 2  # checkable + two questions per passage
@@ -68,15 +91,13 @@ def investigation_request(question: str, answer_text: str, sentence_text: str) -
     """
     if not sentence_text.strip():
         raise ValueError("the sentence to investigate is empty")
+    # Verbatim from the reference recipe (see the module docstring), line breaks included.
     prompt = (
-        f"Question: {question}\n\n"
-        f"Earlier answer:\n{answer_text}\n\n"
-        "The sources cited in the earlier answer did not clearly back this sentence from it:\n"
-        f'"{sentence_text}"\n\n'
-        "Search the web again for evidence about that sentence, then write one to three sentences that "
-        "could take its place. State only what the sources you find support, correct anything they show "
-        "to be wrong, leave out whatever they do not support, and do not repeat facts the rest of the "
-        "earlier answer already gives."
+        f'Question: "{question}"\n\nAnswer:\n{answer_text}\n\n'
+        f'The sources did not clearly support this sentence from the answer:\n\n"{sentence_text}"\n\n'
+        "Search for evidence about this sentence. Write the fewest sentences (one to three) that could "
+        "replace it, stating only what the sources you find support and correcting anything that is wrong. "
+        "Do not repeat facts the rest of the answer already states. Leave out any part you cannot support."
     )
     return _agent_body(prompt)
 
@@ -121,16 +142,11 @@ def sentence_request(claim: str, passages: Mapping[str, str], model: str) -> dic
             raise ValueError(f"passage id {passage_id!r} is not a search result number")
         questions[supports_question(passage_id)] = {
             "type": "noul",
-            "instructions": (
-                f"Does passage {passage_id} state the claim or directly imply it? A passage on the same "
-                "topic that does not back this specific claim is not support."
-            ),
+            "instructions": supports_instructions(passage_id),
         }
         questions[contradicts_question(passage_id)] = {
             "type": "noul",
-            "instructions": (
-                f"Does passage {passage_id} say something that cannot be true if the claim is true?"
-            ),
+            "instructions": contradicts_instructions(passage_id),
         }
     return {
         "model": model,

@@ -27,6 +27,7 @@ __all__ = [
     "Review",
     "Scored",
     "final_answer",
+    "review_may_start",
     "review_outcome",
     "select_for_review",
     "summarize",
@@ -48,6 +49,18 @@ def select_for_review(labels: Sequence[str], limit: int = MAX_INVESTIGATIONS) ->
         raise ValueError("the investigation limit cannot be negative")
     flagged = [i for i, label in enumerate(labels) if label in FLAGGED_LABELS]
     return flagged[:limit], flagged[limit:]
+
+
+def review_may_start(labels: Sequence[str | None]) -> bool:
+    """Whether the investigations may start: only once every sentence of the answer has a label.
+
+    A sentence whose scoring failed (or was skipped) has no label, and then the review does not start at
+    all. The reference recipe stops at the first failed request, so its recorded outcomes never include a
+    review over part of an answer; with one sentence unlabelled it is not even known which flagged
+    sentences are the first MAX_INVESTIGATIONS; and the Agent calls would be spent on a question that is
+    reported incomplete anyway. Retrying the failed sentence lets the review start.
+    """
+    return all(label is not None for label in labels)
 
 
 def review_outcome(rewrite_labels: Iterable[str]) -> Outcome:

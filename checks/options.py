@@ -112,16 +112,38 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
 
 QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd"})
 
+# The Decisions model the answer-gate label cutoffs (0.5/0.6/0.7/0.4), the quote cutoffs (0.3/0.6) and their
+# recorded outcomes (docs/spec.md §7.2, §7.3) were measured on. It is the default of `answer` and `quote`
+# jobs so that, unless a caller asks for another model, the cutoffs are applied to the model they were
+# measured on. `claims` jobs keep DEFAULT_MODEL: their cutoffs and outcomes were recorded on it.
+CUTOFFS_MODEL = "pplx-decider-v1.1-27b"
+
+
+def cutoffs_model_note(model: str) -> str | None:
+    """What an answer or quote report must say when its job did not use CUTOFFS_MODEL; None when it did.
+
+    A cutoff is a statement about one model's probabilities: on another model the same cutoff may sort
+    sentences or candidates differently, so every report of such a job says so rather than imply the
+    recorded behaviour carries over.
+    """
+    if model == CUTOFFS_MODEL:
+        return None
+    return (
+        f"The cutoffs were measured on {CUTOFFS_MODEL}; this job used {model}, on which they have not been "
+        "measured."
+    )
+
 
 @dataclass(frozen=True)
 class QuestionsOptions:
     """Options of an `answer` or `quote` job: the Decisions model and an optional budget.
 
     The cutoffs of both checks (label cutoffs, COMPARE_MIN / QUOTE_MIN) are fixed by docs/spec.md §3-§4 and
-    are not options: the recorded reference outcomes were measured with them.
+    are not options: the recorded reference outcomes were measured with them, on CUTOFFS_MODEL, which is
+    therefore the default model here.
     """
 
-    model: str = DEFAULT_MODEL
+    model: str = CUTOFFS_MODEL
     budget_usd: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -137,7 +159,7 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     if unknown:
         allowed = ", ".join(sorted(QUESTIONS_OPTION_NAMES))
         raise OptionsError(unknown[0], f"unknown option (allowed: {allowed})")
-    model = raw.get("model") or DEFAULT_MODEL
+    model = raw.get("model") or CUTOFFS_MODEL
     if not isinstance(model, str) or model not in KNOWN_MODELS:
         raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
     budget = _number(raw, "budget_usd", None)

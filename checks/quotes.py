@@ -553,7 +553,8 @@ class QuoteRunRecord:
     Each `record_*` call stores first and raises afterwards when an answer can't be read. The order of
     calls follows the flow: search → one rank per result (any order; failures may be retried) → at most one
     compare → `finish()`. Which results were ranked and compared is checked here, so a run can't exceed
-    MAX_DECISIONS_REQUESTS successful requests or compare a pool that later changes.
+    MAX_DECISIONS_REQUESTS successful requests, compare a pool that later changes, or compare (and quote)
+    while a result's rank failed.
     """
 
     def __init__(
@@ -664,17 +665,42 @@ class QuoteRunRecord:
 
     @property
     def unranked(self) -> tuple[int, ...]:
-        """Rank targets with no attempt at all yet (a failed attempt counts as settled)."""
+        """Rank targets with no attempt at all yet."""
         tried = {a.result_index for a in self._ranks}
         return tuple(r.index for r in self.rank_targets if r.index not in tried)
+
+    @property
+    def failed_ranks(self) -> tuple[int, ...]:
+        """Rank targets tried without a candidate: every attempt failed or was unreadable (a later
+        successful retry takes a result off this list)."""
+        tried = {a.result_index for a in self._ranks}
+        ranked = {c.result_index for c in self.candidates}
+        return tuple(r.index for r in self.rank_targets if r.index in tried and r.index not in ranked)
+
+    @property
+    def ranks_complete(self) -> bool:
+        """Every rank target has its candidate: only then may the compare step run."""
+        return self._results is not None and not self.unranked and not self.failed_ranks
 
     # -- compare
 
     def _pool(self) -> tuple[Candidate, ...]:
+        """The compare pool, once every result is ranked.
+
+        A result whose rank request failed stops the run before the compare step, as the reference recipe
+        stops at a failed request: a compare over the other results could quote a sentence that the
+        missing result would have beaten, and the recorded outcomes (docs/spec.md §7.3) never include a
+        choice made over part of the results. Retrying the failed rank lets the run go on.
+        """
         if self._results is None:
             raise ValueError("no search results recorded")
         if self.unranked:
             raise ValueError(f"results {list(self.unranked)} have no rank attempt yet")
+        if self.failed_ranks:
+            raise ValueError(
+                f"results {list(self.failed_ranks)} could not be ranked; "
+                "the run stops before the compare step"
+            )
         return compare_pool(self.candidates, compare_min=self.compare_min)
 
     def compare_request(self) -> dict[str, Any] | None:
@@ -726,7 +752,7 @@ class QuoteRunRecord:
     # -- end
 
     def finish(self) -> QuoteOutcome:
-        """The outcome once every step that must run has run."""
+        """The outcome once every step that must run has run (raises while one is missing or failed)."""
         if self._outcome is None:
             if self._pool():
                 raise ValueError("the compare request has not been answered")

@@ -188,7 +188,11 @@ def _question_options(fn: Any) -> Any:
         fn
     )
     fn = _server_options(fn)
-    return click.option("--model", default=None, help="Decisions model (default pplx-decider-latest).")(fn)
+    return click.option(
+        "--model",
+        default=None,
+        help="Decisions model (default pplx-decider-v1.1-27b, the model the cutoffs were measured on).",
+    )(fn)
 
 
 @click.command()

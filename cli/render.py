@@ -3,6 +3,8 @@
 Plain aligned text (no box drawing) so the output reads the same in a terminal, a log file and a test.
 Probabilities print with two decimals in the claims table (as the reference recipe does) and three in
 answer and quote reports (docs/spec.md §3); verdicts are computed by the server from unrounded values.
+An incomplete answer or quote is printed as such, with every step that did not run, and never as a
+checked answer or a quote.
 """
 
 from __future__ import annotations
@@ -139,16 +141,41 @@ def claim_modes(job: Mapping[str, Any]) -> list[str]:
 # --- answer and quote ----------------------------------------------------------------------------------
 
 
+def _incomplete_lines(report: Mapping[str, Any], headline: str) -> list[str]:
+    """The headline of an incomplete question and one line per step that did not run to the end."""
+    out = [headline]
+    steps = report.get("incomplete_steps") or []
+    for step in steps:
+        out.append(f"  missing: {step.get('message') or step.get('step')}")
+    if not steps:  # a report built before steps were named: its errors are all there is
+        out.extend(f"  missing: {error}" for error in report.get("errors") or [])
+    return out
+
+
+def _model_lines(report: Mapping[str, Any]) -> list[str]:
+    note = report.get("model_note")
+    return [f"note: {note}"] if note else []
+
+
 def answer_lines(line: Mapping[str, Any]) -> list[str]:
-    """The checked answer: each final sentence with its label and badge, sources, summary, request ids."""
+    """The checked answer: each final sentence with its label and badge, sources, summary, request ids.
+
+    An incomplete question prints what is missing first, then its sentences as "the answer so far"."""
     report = line.get("report") or {}
     out = [f"question: {line.get('question')}"]
     status = report.get("status") or line.get("status")
+    incomplete = status == "incomplete"
+    if incomplete:
+        out += _incomplete_lines(report, "INCOMPLETE: not every step ran, so this is not a checked answer.")
+    out += _model_lines(report)
     final = report.get("final")
     if not final:
-        out.append(f"no checked answer ({status}): {report.get('error') or line.get('status')}")
+        if not incomplete:
+            out.append(f"no checked answer ({status}): {report.get('error') or line.get('status')}")
         return out
     out.append("")
+    if incomplete:
+        out.append("answer so far (not every sentence scored or reviewed):")
     for number, sentence in enumerate(final.get("sentences") or [], 1):
         cites = "".join(f"[{n}]" for n in sentence.get("citations") or [])
         label = sentence.get("label") or "not scored"
@@ -171,18 +198,29 @@ def answer_lines(line: Mapping[str, Any]) -> list[str]:
     after = summary.get("after") or {}
     if before or after:
         out.append(f"labels before review: {_counts(before)}; after: {_counts(after)}")
-    for error in report.get("errors") or []:
-        out.append(f"warning: {error}")
+    if not incomplete:
+        for error in report.get("errors") or []:
+            out.append(f"warning: {error}")
     return out
 
 
 def quote_lines(line: Mapping[str, Any]) -> list[str]:
-    """The quote exactly as returned with title, URL and date; or no answer and the closest."""
+    """The quote exactly as returned with title, URL and date; or no answer and the closest.
+
+    An incomplete question quotes nothing: it prints what is missing and the candidates ranked so far."""
     report = line.get("report") or {}
     out = [f"question: {line.get('question')}"]
     status = report.get("status") or line.get("status")
     quote = report.get("quote")
-    if status == "quoted" and quote:
+    if status == "incomplete":
+        out += _incomplete_lines(report, "INCOMPLETE: not every step ran, so nothing is quoted.")
+        ranked = [r for r in report.get("results") or [] if r.get("best")]
+        if ranked:
+            out.append("candidates ranked so far (none compared, none quoted):")
+            for row in ranked:
+                text = (row.get("best") or {}).get("text")
+                out.append(f'  result {row.get("index")} (has_answer {_p3(row.get("has_answer"))}): "{text}"')
+    elif status == "quoted" and quote:
         out.append(f'quote: "{quote.get("text")}"')
         out.extend(_source_lines(quote))
         out.append(f"p(answers) {_p3(quote.get('p_answers'))}  has_answer {_p3(quote.get('has_answer'))}")
@@ -200,6 +238,7 @@ def quote_lines(line: Mapping[str, Any]) -> list[str]:
             out.extend(_source_lines(closest))
     else:
         out.append(f"no quote ({status}): {report.get('error') or line.get('status')}")
+    out += _model_lines(report)
     summary = report.get("summary") or {}
     if summary:
         out.append(
@@ -207,8 +246,9 @@ def quote_lines(line: Mapping[str, Any]) -> list[str]:
             f"search requests {summary.get('search_requests', 0)}  "
             f"input tokens {summary.get('input_tokens', 0):,}  seconds {summary.get('seconds', 0)}"
         )
-    for error in report.get("errors") or []:
-        out.append(f"warning: {error}")
+    if status != "incomplete":
+        for error in report.get("errors") or []:
+            out.append(f"warning: {error}")
     return out
 
 

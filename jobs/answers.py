@@ -5,6 +5,10 @@ A question item's output holds the Agent answer and its sentences; `sentence` ch
 `investigation` children (the first MAX_INVESTIGATIONS flagged sentences) rewrite and rescore. The
 report is rebuilt from those stored outputs only, so it can be built at any time: after a failed
 investigation, after a cancel, or again after a retry.
+
+A report never says more than happened: a question with any step that did not run to the end (a sentence
+not scored, an investigation failed or never started, the job cancelled) is `incomplete` and names each
+such step in `incomplete_steps`; only a question where every step ran is `done` (docs/spec.md §3.6).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from checks import answers as gate
+from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec
 from models import Item, Job, utcnow
@@ -64,14 +69,26 @@ def _scored(sentences: Sequence[Item]) -> list[Item]:
     return [s for s in sentences if s.status == "done" and s.output and s.output.get("label")]
 
 
+def _label(sentence: Item) -> str | None:
+    """The sentence's label, or None when its scoring did not produce one (failed, skipped)."""
+    label = (sentence.output or {}).get("label") if sentence.status == "done" else None
+    return str(label) if label else None
+
+
 def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
-    """The items to create next, given every child is settled; empty means: build the report."""
+    """The items to create next, given every child is settled; empty means: build the report.
+
+    No investigation starts unless every sentence was scored (`gate.review_may_start`): the run stops at
+    a failed step as the reference recipe does, and the report says so.
+    """
     if question.status != "done":
         return []
     sentences = _by_stage(children, SENTENCE)
     if not sentences:
         return sentence_units(question)
     if _investigations(children):
+        return []
+    if not gate.review_may_start([_label(s) for s in sentences]):
         return []
     scored = _scored(sentences)
     chosen, _not_reviewed = gate.select_for_review([str((s.output or {})["label"]) for s in scored])
@@ -191,11 +208,131 @@ def empty_summary() -> dict[str, Any]:
         "after": {},
         "failed_sentences": 0,
         "failed_investigations": 0,
+        "incomplete_steps": {},
     }
 
 
+def _step_counts(steps: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for step in steps:
+        counts[str(step["step"])] = counts.get(str(step["step"]), 0) + 1
+    return counts
+
+
+# --- steps that did not run to the end ------------------------------------------------------------------
+
+
+def _step(
+    step: str,
+    status: str,
+    message: str,
+    *,
+    error: str | None = None,
+    request_ids: Sequence[str] = (),
+    **where: Any,
+) -> dict[str, Any]:
+    """One entry of `incomplete_steps` (docs/spec.md §6.3): which step, where, what became of it, and a
+    sentence for people (pages, CSV, CLI show `message` as it is)."""
+    return {
+        "step": step,
+        **where,
+        "status": status,
+        "error": error,
+        "request_ids": [i for i in request_ids if i],
+        "message": message,
+    }
+
+
+def _why(status: str, error: str | None) -> str:
+    return f"{status}: {error}" if error else status
+
+
+def cancelled_step() -> dict[str, Any]:
+    """The entry of a question whose job was cancelled before every planned step ran."""
+    return _step("cancelled", "cancelled", "the job was cancelled before every step of this question ran")
+
+
+def _incomplete_steps(
+    sentences: Sequence[Item],
+    investigations: Mapping[int, Item],
+    chosen_numbers: Sequence[int],
+    flagged_numbers: Sequence[int],
+    *,
+    cancelled: bool,
+) -> list[dict[str, Any]]:
+    """Every step of this question that did not run to the end, in the order the flow runs them."""
+    steps: list[dict[str, Any]] = []
+    for s in sentences:
+        if _label(s) is not None:
+            continue
+        number = int(s.input["number"])
+        o = s.output or {}
+        error = s.error or o.get("error") or ("no label" if s.status == "done" else None)
+        status = "failed" if s.status == "done" else s.status
+        steps.append(
+            _step(
+                "score",
+                status,
+                f"sentence {number} was not scored ({_why(status, error)})",
+                error=error,
+                request_ids=o.get("request_ids") or [],
+                sentence=number,
+            )
+        )
+    if steps and not investigations:  # the review never started (gate.review_may_start)
+        flagged = ", ".join(str(n) for n in flagged_numbers) or "none so far"
+        steps.append(
+            _step(
+                "review",
+                "not_started",
+                "no investigation was started, because not every sentence was scored "
+                f"(flagged sentences: {flagged})",
+                sentences=list(flagged_numbers),
+            )
+        )
+    else:
+        for number in chosen_numbers:
+            inv = investigations.get(number)
+            if inv is None:
+                steps.append(
+                    _step(
+                        "investigate",
+                        "not_started",
+                        f"sentence {number} was flagged but its investigation never started",
+                        sentence=number,
+                    )
+                )
+            elif inv.status != "done":
+                o = inv.output or {}
+                error = inv.error or o.get("error")
+                steps.append(
+                    _step(
+                        "investigate",
+                        inv.status,
+                        f"the investigation of sentence {number} did not finish ({_why(inv.status, error)})",
+                        error=error,
+                        request_ids=o.get("request_ids") or [],
+                        sentence=number,
+                    )
+                )
+    if cancelled:
+        steps.append(cancelled_step())
+    return steps
+
+
+def _model_fields(job: Job) -> dict[str, Any]:
+    # DEFAULT_MODEL mirrors what the workers send for a job stored without a model (intake always stores one).
+    model = str(job.options.get("model") or DEFAULT_MODEL)
+    return {"model": model, "cutoffs_model": CUTOFFS_MODEL, "model_note": cutoffs_model_note(model)}
+
+
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
-    """The question's report (shape: docs/spec.md §6), from stored items only."""
+    """The question's report (shape: docs/spec.md §6), from stored items only.
+
+    `incomplete` is what jobs/flows.py passes when the job was cancelled before every planned step of this
+    question ran (planned items never created, or pending ones skipped by the cancel); it adds a
+    `cancelled` entry to `incomplete_steps`. Every other missing step is read from the children.
+    """
     now = utcnow()
     out = question.output or {}
     agent = out.get("agent")
@@ -203,9 +340,10 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
         "kind": "answer",
         "question": question.input.get("question"),
         "built_at": now.isoformat(),
-        "model": job.options.get("model") or DEFAULT_MODEL,
+        **_model_fields(job),
         "agent": _agent_view(agent),
         "errors": [],
+        "incomplete_steps": [],
     }
     if question.status != "done":
         summary = empty_summary()
@@ -229,6 +367,10 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
     position_of = {int(s.input["number"]): i for i, s in enumerate(scored)}
     originals = [_scored_record(s.input, s.output or {}, int(s.input["paragraph"])) for s in scored]
     chosen, past_limit = gate.select_for_review([o.label for o in originals])
+    if not investigations and not gate.review_may_start([_label(s) for s in sentences]):
+        # The review never started, so no flagged sentence is "not reviewed" for being past the limit:
+        # none was reviewed, and `incomplete_steps` says why.
+        chosen, past_limit = [], []
     reviews: dict[int, gate.Review] = {p: gate.Review.not_reviewed() for p in past_limit}
     rewrites: dict[int, list[dict[str, Any]]] = {}  # sentence number -> rewrite sentence outputs
     partial_requests = partial_tokens = 0
@@ -266,6 +408,15 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
     summary["failed_sentences"] = sum(1 for s in sentences if s.status != "done")
     summary["failed_investigations"] = sum(1 for i in investigations.values() if i.status != "done")
 
+    steps = _incomplete_steps(
+        sentences,
+        investigations,
+        [int(scored[p].input["number"]) for p in chosen],
+        [int(s.input["number"]) for s in scored if (s.output or {}).get("label") in gate.FLAGGED_LABELS],
+        cancelled=incomplete,
+    )
+    summary["incomplete_steps"] = _step_counts(steps)
+
     final = _final(
         originals,
         reviews,
@@ -288,9 +439,10 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
         agent_ids += list(((inv.output or {}).get("agent") or {}).get("request_ids") or [])
     return {
         **base,
-        "status": "incomplete" if incomplete else "done",
+        "status": "incomplete" if steps else "done",
         "error": None,
         "errors": errors,
+        "incomplete_steps": steps,
         "final": final,
         "evidence": evidence,
         "summary": summary,
@@ -463,11 +615,16 @@ OUTCOMES = ("done", "failed", "skipped", "incomplete")
 
 
 def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
-    """Totals over every question: (report status, report summary) pairs; missing reports count as none."""
+    """Totals over every question: (report status, report summary) pairs; missing reports count as none.
+
+    `outcomes.done` counts only questions where every step ran; `incomplete_steps` counts the steps that
+    did not, by step name, over every incomplete question.
+    """
     outcomes = dict.fromkeys(OUTCOMES, 0)
     totals: dict[str, float] = dict.fromkeys(SUMMARY_TOTALS, 0)
     before: dict[str, int] = {}
     after: dict[str, int] = {}
+    steps: dict[str, int] = {}
     questions = 0
     for status, summary in reports:
         questions += 1
@@ -475,7 +632,7 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
             outcomes[status] = outcomes.get(status, 0) + 1
         for name in SUMMARY_TOTALS:
             totals[name] += (summary or {}).get(name) or 0
-        for target, key in ((before, "before"), (after, "after")):
+        for target, key in ((before, "before"), (after, "after"), (steps, "incomplete_steps")):
             for label, n in ((summary or {}).get(key) or {}).items():
                 target[label] = target.get(label, 0) + int(n)
     totals["seconds"] = round(float(totals["seconds"]), 1)
@@ -484,22 +641,44 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
         "kind": "answer",
         "questions": questions,
         "outcomes": outcomes,
+        "incomplete_steps": steps,
         "totals": {k: (v if k == "seconds" else int(v)) for k, v in totals.items()},
         "before": dict(sorted(before.items(), key=lambda kv: order.get(kv[0], 99))),
         "after": dict(sorted(after.items(), key=lambda kv: order.get(kv[0], 99))),
     }
 
 
+def answer_text(final: Mapping[str, Any]) -> str:
+    """The sentences of a report's `final` as text: ` [n]` citations, paragraphs split by a blank line."""
+    paragraphs = []
+    for indexes in final["paragraphs"]:
+        parts = []
+        for i in indexes:
+            sentence = final["sentences"][i]
+            cites = "".join(f"[{n}]" for n in sentence["citations"])
+            parts.append(f"{sentence['text']}{' ' + cites if cites else ''}")
+        paragraphs.append(" ".join(parts))
+    return "\n\n".join(paragraphs)
+
+
 def result_line(
     custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """One results-export line: the final answer as text with renumbered citations, and the report."""
+    """One results-export line: the final answer as text with renumbered citations, and the report.
+
+    `final_answer` is set only when every step ran (outcome `done`); an incomplete question's sentences so
+    far are in `partial_answer` instead, next to the steps that are missing, so no consumer reads a
+    partly checked answer as a checked one.
+    """
     line: dict[str, Any] = {
         "custom_id": custom_id,
         "question": question,
         "status": status,
         "outcome": None,
         "final_answer": None,
+        "partial_answer": None,
+        "incomplete_steps": [],
+        "model_note": None,
         "request_ids": None,
         "report": report,
     }
@@ -507,15 +686,10 @@ def result_line(
         return line
     line["outcome"] = report.get("status")
     line["request_ids"] = report.get("request_ids")
+    line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
+    line["model_note"] = report.get("model_note")
     final = report.get("final")
     if final:
-        paragraphs = []
-        for indexes in final["paragraphs"]:
-            parts = []
-            for i in indexes:
-                sentence = final["sentences"][i]
-                cites = "".join(f"[{n}]" for n in sentence["citations"])
-                parts.append(f"{sentence['text']}{' ' + cites if cites else ''}")
-            paragraphs.append(" ".join(parts))
-        line["final_answer"] = "\n\n".join(paragraphs)
+        key = "final_answer" if line["outcome"] == "done" else "partial_answer"
+        line[key] = answer_text(final)
     return line

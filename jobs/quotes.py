@@ -2,9 +2,13 @@
 (with the run record), the job summary and the result lines.
 
 The question item holds the search results and their sentences; `result` children rank one result
-each; one `compare` child runs when some candidate has has_answer ≥ COMPARE_MIN. Every step is replayed
-into a `checks.quotes.QuoteRunRecord`, which applies the cutoffs and keeps every request id, so the
-report is rebuilt from the database alone, also after a failed request.
+each; one `compare` child runs when every result is ranked and some candidate has has_answer ≥
+COMPARE_MIN. Every step is replayed into a `checks.quotes.QuoteRunRecord`, which applies the cutoffs and
+keeps every request id, so the report is rebuilt from the database alone, also after a failed request.
+
+A report never says more than happened: a question with a rank or compare step that did not run to the
+end is `incomplete`, names each such step in `incomplete_steps` and quotes nothing; only a question where
+every step ran is `quoted` or `no_answer` (docs/spec.md §4.6).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from checks import quotes
+from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec
 from models import Item, Job, utcnow
@@ -47,7 +52,9 @@ def _record(job: Job, question: Item) -> quotes.QuoteRunRecord:
     return record
 
 
-def _replay_ranks(record: quotes.QuoteRunRecord, ranked: Sequence[Item], errors: list[str]) -> None:
+def _replay_ranks(record: quotes.QuoteRunRecord, ranked: Sequence[Item], errors: list[str]) -> dict[int, str]:
+    """Record every rank item; returns result index → why it has no candidate, for those without one."""
+    failures: dict[int, str] = {}
     for item in ranked:
         o = item.output or {}
         index = int(item.input["result"]["index"])
@@ -58,11 +65,14 @@ def _replay_ranks(record: quotes.QuoteRunRecord, ranked: Sequence[Item], errors:
                     index, o.get("answers") or {}, request_id=o.get("request_id"), input_tokens=tokens
                 )
             except quotes.QuoteAnswerError as exc:
+                failures[index] = f"unusable rank answer: {exc}"
                 errors.append(f"result {index}: {exc}")
             continue
         error = item.error or o.get("error") or item.status
         record.record_rank_failure(index, str(error), request_id=o.get("request_id"), input_tokens=tokens)
+        failures[index] = str(error)
         errors.append(f"result {index} {item.status}: {error}")
+    return failures
 
 
 def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
@@ -84,8 +94,10 @@ def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
     if _compare(children) is not None:
         return []
     _replay_ranks(record, ranked, [])
-    if record.unranked:
-        return []  # a result never got its item (cannot happen unless the data was edited): report as is
+    if not record.ranks_complete:
+        # A rank failed (or, only if the data was edited, a result never got its item): the run stops
+        # before the compare step, as checks.quotes.QuoteRunRecord requires; the report says incomplete.
+        return []
     pool = quotes.compare_pool(record.candidates, compare_min=record.compare_min)
     if not pool:
         return []
@@ -131,20 +143,96 @@ def empty_summary() -> dict[str, Any]:
         "search_requests": 0,
         "input_tokens": 0,
         "seconds": 0.0,
+        "incomplete_steps": {},
     }
 
 
+# --- steps that did not run to the end ------------------------------------------------------------------
+
+
+def _step(
+    step: str,
+    status: str,
+    message: str,
+    *,
+    error: str | None = None,
+    request_ids: Sequence[str] = (),
+    **where: Any,
+) -> dict[str, Any]:
+    """One entry of `incomplete_steps` (docs/spec.md §6.5), in the answer report's shape."""
+    return {
+        "step": step,
+        **where,
+        "status": status,
+        "error": error,
+        "request_ids": [i for i in request_ids if i],
+        "message": message,
+    }
+
+
+def _why(status: str, error: str | None) -> str:
+    return f"{status}: {error}" if error else status
+
+
+def _rank_steps(
+    record: quotes.QuoteRunRecord, ranked: Sequence[Item], failures: Mapping[int, str]
+) -> list[dict[str, Any]]:
+    """A `rank` entry for every result that should have been ranked and was not."""
+    items = {int(i.input["result"]["index"]): i for i in ranked}
+    steps: list[dict[str, Any]] = []
+    for target in record.rank_targets:
+        item = items.get(target.index)
+        if item is None:
+            steps.append(
+                _step(
+                    "rank",
+                    "not_started",
+                    f"result {target.index} was never ranked",
+                    result=target.index,
+                )
+            )
+        elif target.index in failures:
+            status = "failed" if item.status == "done" else item.status
+            error = failures[target.index]
+            steps.append(
+                _step(
+                    "rank",
+                    status,
+                    f"the rank request of result {target.index} did not finish ({_why(status, error)})",
+                    error=error,
+                    request_ids=(item.output or {}).get("request_ids") or [],
+                    result=target.index,
+                )
+            )
+    return steps
+
+
+def _step_counts(steps: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for step in steps:
+        counts[str(step["step"])] = counts.get(str(step["step"]), 0) + 1
+    return counts
+
+
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
-    """The question's report (shape: docs/spec.md §6), from stored items only."""
+    """The question's report (shape: docs/spec.md §6), from stored items only.
+
+    `incomplete` is what jobs/flows.py passes when the job was cancelled before every planned step of this
+    question ran; it adds a `cancelled` entry to `incomplete_steps`. Every other missing step is read from
+    the children. With any entry the status is `incomplete` and nothing is quoted or offered as closest:
+    the results ranked so far stay in `results`.
+    """
     now = utcnow()
     out = question.output or {}
     search = out.get("search") or {}
-    model = str(job.options.get("model") or DEFAULT_MODEL)
+    model = str(job.options.get("model") or DEFAULT_MODEL)  # as the workers read it (intake stores one)
     base: dict[str, Any] = {
         "kind": "quote",
         "question": question.input.get("question"),
         "built_at": now.isoformat(),
         "model": model,
+        "cutoffs_model": CUTOFFS_MODEL,
+        "model_note": cutoffs_model_note(model),
         "cutoffs": {"compare_min": quotes.COMPARE_MIN, "quote_min": quotes.QUOTE_MIN},
         "search": {
             "request_id": search.get("request_id") or out.get("request_id"),
@@ -152,6 +240,7 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
             "error": None,
         },
         "errors": [],
+        "incomplete_steps": [],
         "quote": None,
         "closest": None,
         "closest_by": None,
@@ -177,10 +266,9 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
     errors: list[str] = []
     record = _record(job, question)
     ranked = _ranked(children)
-    _replay_ranks(record, ranked, errors)
+    failures = _replay_ranks(record, ranked, errors)
+    steps = _rank_steps(record, ranked, failures)
     compare_item = _compare(children)
-    status = "incomplete" if incomplete else "no_answer"
-    error: str | None = None
     compare_ids: list[str] = []
     compare_request_id: str | None = None
     if compare_item is not None:
@@ -197,16 +285,36 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
                 record.record_compare_failure(
                     failure, request_id=compare_request_id, input_tokens=o.get("input_tokens")
                 )
-                status, error = "failed", f"compare request {compare_item.status}: {failure}"
+                steps.append(
+                    _step(
+                        "compare",
+                        compare_item.status,
+                        f"the compare request did not finish ({_why(compare_item.status, failure)})",
+                        error=failure,
+                        request_ids=compare_ids,
+                    )
+                )
         except (ValueError, quotes.QuoteAnswerError) as exc:
-            status, error = "failed", f"compare answer could not be applied: {exc}"
-            record.record_error(str(error))
-    elif record.unranked:
-        status = "incomplete"  # some result never got its rank item (the job stopped first)
-    elif not incomplete:
-        record.finish()
-    outcome = record.outcome
-    if outcome is not None:
+            error = f"compare answer could not be applied: {exc}"
+            record.record_error(error)
+            steps.append(_step("compare", "failed", f"the {error}", error=str(exc), request_ids=compare_ids))
+    elif not record.ranks_complete:
+        message = "no compare request was sent, because not every result was ranked"
+        record.record_error(message)
+        steps.append(_step("compare", "not_started", message))
+    elif quotes.compare_pool(record.candidates, compare_min=record.compare_min):
+        message = "the compare request was never sent"
+        record.record_error(message)
+        steps.append(_step("compare", "not_started", message))
+    if incomplete:
+        message = "the job was cancelled before every step of this question ran"
+        record.record_error(message)
+        steps.append(_step("cancelled", "cancelled", message))
+
+    status = "incomplete"
+    outcome = None
+    if not steps:
+        outcome = record.outcome or record.finish()
         status = "quoted" if outcome.quoted else "no_answer"
         if outcome.answer is not None:
             base["quote"] = _quote(outcome.answer, compare_request_id)
@@ -214,14 +322,15 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
             base["closest"] = _quote(outcome.closest, compare_request_id)
             base["closest_by"] = outcome.closest_by
     run = record.as_dict()
-    base["results"] = _result_rows(record, ranked, compare_item)
+    base["results"] = _result_rows(record, ranked, compare_item, failures)
     base["compare"] = _compare_table(compare_item, outcome)
     totals = run["totals"]
     return {
         **base,
         "status": status,
-        "error": error,
+        "error": None,
         "errors": errors,
+        "incomplete_steps": steps,
         "run": run,
         "summary": {
             "decisions_requests": int(totals["decisions_requests"]),
@@ -229,6 +338,7 @@ def build_report(job: Job, question: Item, children: Sequence[Item], *, incomple
             "search_requests": 1,
             "input_tokens": int(totals["input_tokens"]),
             "seconds": round(_seconds(out.get("started_at"), now), 1),
+            "incomplete_steps": _step_counts(steps),
         },
         "request_ids": _request_ids(base["search"]["request_ids"], ranked, compare_ids),
     }
@@ -242,7 +352,10 @@ def _request_ids(search_ids: Sequence[str], ranked: Sequence[Item], compare_ids:
 
 
 def _result_rows(
-    record: quotes.QuoteRunRecord, ranked: Sequence[Item], compare_item: Item | None
+    record: quotes.QuoteRunRecord,
+    ranked: Sequence[Item],
+    compare_item: Item | None,
+    failures: Mapping[int, str],
 ) -> list[dict[str, Any]]:
     items = {int(i.input["result"]["index"]): i for i in ranked}
     candidates = {c.result_index: c for c in record.candidates}
@@ -273,7 +386,7 @@ def _result_rows(
                 "request_id": o.get("request_id"),
                 "request_ids": list(o.get("request_ids") or []),
                 "input_tokens": o.get("input_tokens"),
-                "error": None if item is None or item.status == "done" else (item.error or o.get("error")),
+                "error": failures.get(result.index),
                 "compared": result.index in compared,
             }
         )
@@ -320,9 +433,14 @@ OUTCOMES = ("quoted", "no_answer", "failed", "skipped", "incomplete")
 
 
 def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
-    """Totals over every question: (report status, report summary) pairs."""
+    """Totals over every question: (report status, report summary) pairs.
+
+    `incomplete_steps` counts the steps that did not run to the end, by step name, over every incomplete
+    question.
+    """
     outcomes = dict.fromkeys(OUTCOMES, 0)
     totals: dict[str, float] = dict.fromkeys(SUMMARY_TOTALS, 0)
+    steps: dict[str, int] = {}
     questions = 0
     for status, summary in reports:
         questions += 1
@@ -330,10 +448,13 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
             outcomes[status] = outcomes.get(status, 0) + 1
         for name in SUMMARY_TOTALS:
             totals[name] += (summary or {}).get(name) or 0
+        for step, n in ((summary or {}).get("incomplete_steps") or {}).items():
+            steps[step] = steps.get(step, 0) + int(n)
     return {
         "kind": "quote",
         "questions": questions,
         "outcomes": outcomes,
+        "incomplete_steps": steps,
         "totals": {k: (round(float(v), 1) if k == "seconds" else int(v)) for k, v in totals.items()},
     }
 
@@ -341,7 +462,8 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
 def result_line(
     custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """One results-export line: the quote (or the closest candidate) with its source, and the report."""
+    """One results-export line: the quote (or, with no answer, the closest candidate) with its source, and
+    the report. An incomplete question has neither, and names its missing steps."""
     line: dict[str, Any] = {
         "custom_id": custom_id,
         "question": question,
@@ -349,12 +471,16 @@ def result_line(
         "outcome": None,
         "quote": None,
         "closest": None,
+        "incomplete_steps": [],
+        "model_note": None,
         "request_ids": None,
         "report": report,
     }
     if report is not None:
         line["outcome"] = report.get("status")
-        line["quote"] = report.get("quote")
-        line["closest"] = report.get("closest")
+        line["quote"] = report.get("quote") if line["outcome"] == "quoted" else None
+        line["closest"] = report.get("closest") if line["outcome"] == "no_answer" else None
+        line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
+        line["model_note"] = report.get("model_note")
         line["request_ids"] = report.get("request_ids")
     return line

@@ -2,6 +2,10 @@
 
 The NDJSON download holds the whole report; the CSV is the spreadsheet view of the outcome. Rows are
 built from `jobs.flows.iter_question_results` lines and streamed like web/exports.py's claims CSV.
+
+An incomplete question says so in its row: `outcome` is `incomplete`, `incomplete_steps` names every step
+that did not run to the end, and the answer so far goes to `partial_answer`, never to `final_answer` (the
+columns added for this come last, so existing readers of the first columns are unaffected).
 """
 
 from __future__ import annotations
@@ -11,7 +15,17 @@ import io
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-ANSWER_COLUMNS = ("custom_id", "question", "status", "outcome", "final_answer", "request_ids")
+ANSWER_COLUMNS = (
+    "custom_id",
+    "question",
+    "status",
+    "outcome",
+    "final_answer",
+    "request_ids",
+    "incomplete_steps",
+    "partial_answer",
+    "model_note",
+)
 QUOTE_COLUMNS = (
     "custom_id",
     "question",
@@ -26,6 +40,8 @@ QUOTE_COLUMNS = (
     "closest",
     "closest_p_answers",
     "request_ids",
+    "incomplete_steps",
+    "model_note",
 )
 
 
@@ -41,6 +57,13 @@ def _ids(value: object) -> str:
     return " ".join(str(i) for i in value) if isinstance(value, list) else ""
 
 
+def _steps(value: object) -> str:
+    """The missing steps of an incomplete question, one `message` each, in flow order."""
+    if not isinstance(value, list):
+        return ""
+    return "; ".join(str(step.get("message") or step.get("step")) for step in value if isinstance(step, dict))
+
+
 def _answer_row(line: dict[str, Any]) -> Sequence[object]:
     return (
         line.get("custom_id", ""),
@@ -49,6 +72,9 @@ def _answer_row(line: dict[str, Any]) -> Sequence[object]:
         line.get("outcome") or "",
         line.get("final_answer") or "",
         _ids(line.get("request_ids")),
+        _steps(line.get("incomplete_steps")),
+        line.get("partial_answer") or "",
+        line.get("model_note") or "",
     )
 
 
@@ -69,6 +95,8 @@ def _quote_row(line: dict[str, Any]) -> Sequence[object]:
         closest.get("text") or "",
         _num(closest.get("p_answers")),
         _ids(line.get("request_ids")),
+        _steps(line.get("incomplete_steps")),
+        line.get("model_note") or "",
     )
 
 

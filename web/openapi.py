@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX_ID_CHARS, SUPPORTED_MIN
-from checks.options import CLAIMS_MODES
+from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from models import JOB_KINDS, JOB_STATUSES
@@ -193,8 +193,10 @@ SCHEMAS: dict[str, Any] = {
             "model": {
                 "type": "string",
                 "enum": sorted(KNOWN_MODELS),
-                "default": DEFAULT_MODEL,
-                "description": "The Decisions model that scores sentences / ranks results.",
+                "default": CUTOFFS_MODEL,
+                "description": "The Decisions model that scores sentences / ranks results. The default is "
+                f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
+                "every report notes that the cutoffs were not measured on the model the job used.",
             },
             "budget_usd": {
                 "type": ["number", "null"],

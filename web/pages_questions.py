@@ -3,7 +3,8 @@
 Reports are read exactly as stored (their shape: docs/spec.md §6, built by
 jobs/answers.py and jobs/quotes.py); the templates only arrange them, and cope with missing parts —
 a failed question has no final answer, a failed search has no results, an unfinished question has
-no report at all.
+no report at all. An incomplete question is never shown as checked or quoted: its page says which
+steps did not run, and shows what was done so far under that heading.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.pricing import DEFAULT_MODEL
 from jobs.flows import iter_question_reports
 from models import Job
 
@@ -26,14 +29,14 @@ ANSWER_STATUSES = {
     "done": ("b-ok", "✓", "checked"),
     "failed": ("b-bad", "✗", "failed"),
     "skipped": ("b-neutral", "–", "skipped"),
-    "incomplete": ("b-warn", "…", "incomplete"),
+    "incomplete": ("b-warn", "◐", "incomplete"),
 }
 QUOTE_STATUSES = {
     "quoted": ("b-ok", "✓", "quoted"),
     "no_answer": ("b-neutral", "∅", "no answer"),
     "failed": ("b-bad", "✗", "failed"),
     "skipped": ("b-neutral", "–", "skipped"),
-    "incomplete": ("b-warn", "…", "incomplete"),
+    "incomplete": ("b-warn", "◐", "incomplete"),
 }
 ANSWER_LABELS = ("supported", "weak", "unsupported", "contradicted", "uncited", "not_checkable")
 
@@ -47,6 +50,8 @@ class QuestionsReport:
     pages: int
     page_size: int
     entries: list[dict[str, Any]] | Iterator[dict[str, Any]] = field(default_factory=list)
+    model: str = CUTOFFS_MODEL  # the job's Decisions model
+    model_note: str | None = None  # set when the job did not use the model the cutoffs were measured on
 
 
 def _question_count(job: Job) -> int:
@@ -57,14 +62,31 @@ def _question_count(job: Job) -> int:
     return int(job.total_items or 0)
 
 
+def _job_model(job: Job) -> tuple[str, str | None]:
+    """The job's model and, when it is not the one the cutoffs were measured on, the note saying so.
+
+    Read from the job's options, so the note also shows before any report exists and on jobs whose
+    reports predate it. A job stored without a model used what the workers fall back to, DEFAULT_MODEL
+    (intake always stores one)."""
+    model = str((job.options or {}).get("model") or DEFAULT_MODEL)
+    return model, cutoffs_model_note(model)
+
+
 def question_reports(
     session: Session, job: Job, args: Mapping[str, str], *, page_size: int | None = QUESTIONS_PAGE_SIZE
 ) -> QuestionsReport:
     """One page of `iter_question_reports`, or with `page_size` None all of them, lazily."""
     total = _question_count(job)
+    model, model_note = _job_model(job)
     if page_size is None:
         return QuestionsReport(
-            total=total, page=1, pages=1, page_size=total, entries=iter_question_reports(session, job)
+            total=total,
+            page=1,
+            pages=1,
+            page_size=total,
+            entries=iter_question_reports(session, job),
+            model=model,
+            model_note=model_note,
         )
     pages = max(1, math.ceil(total / page_size))
     try:
@@ -79,4 +101,12 @@ def question_reports(
         close = getattr(stream, "close", None)  # a generator: closing it closes its server-side cursor
         if close is not None:
             close()
-    return QuestionsReport(total=total, page=page, pages=pages, page_size=page_size, entries=entries)
+    return QuestionsReport(
+        total=total,
+        page=page,
+        pages=pages,
+        page_size=page_size,
+        entries=entries,
+        model=model,
+        model_note=model_note,
+    )

@@ -23,7 +23,8 @@ from jobs.records import CallRow
 from models import Item, session_scope
 from tests.reference import reference_claims
 
-MODEL = "pplx-decider-latest"
+MODEL = "pplx-decider-latest"  # claims jobs' default model
+QUESTIONS_MODEL = "pplx-decider-v1.1-27b"  # answer and quote jobs' default: their cutoffs were measured on it
 
 # (custom_id, mode) -> the item's output dict, or ("failed", error)
 Outcomes = dict[tuple[str, str], Any]
@@ -151,10 +152,14 @@ def submit_claims(
 
 
 def submit_questions(
-    post: Callable[..., Any], headers: dict[str, str], kind: str, questions: Sequence[tuple[str, str]]
+    post: Callable[..., Any],
+    headers: dict[str, str],
+    kind: str,
+    questions: Sequence[tuple[str, str]],
+    options: dict[str, Any] | None = None,
 ) -> str:
     items = [{"id": cid, "question": q} for cid, q in questions]
-    resp = post("/v1/jobs", json={"kind": kind, "items": items}, headers=headers)
+    resp = post("/v1/jobs", json={"kind": kind, "items": items, "options": options or {}}, headers=headers)
     assert resp.status_code == 202, resp.get_data(as_text=True)[:500]
     job_id: str = resp.get_json()["id"]
     return job_id
@@ -190,8 +195,9 @@ def store_reports(sessions: sessionmaker[Session], job_id: str | uuid.UUID, repo
 
 
 def answer_report(question: str, *, text: str = "", title: str = "", url: str = "") -> dict[str, Any]:
-    """An answer report: a supported sentence, a weak one replaced by a supported rewrite, an uncited
-    one not confirmed. `text`, `title` and `url` are spliced into sentences, passages and sources."""
+    """An answer report where every step ran: a supported sentence, a weak one replaced by a supported
+    rewrite, an uncited one not confirmed (its rewrite was not supported either). `text`, `title` and
+    `url` are spliced into sentences, passages and sources."""
     url = url or "https://www.nobelprize.org/prizes/physics/2024/summary/"
     title = title or "The Nobel Prize in Physics 2024"
     passage = f"John J. Hopfield and Geoffrey Hinton won the 2024 Nobel Prize in Physics. {text}".strip()
@@ -203,8 +209,11 @@ def answer_report(question: str, *, text: str = "", title: str = "", url: str = 
         "status": "done",
         "error": None,
         "errors": [],
+        "incomplete_steps": [],
         "built_at": "2026-01-01T00:00:00+00:00",
-        "model": MODEL,
+        "model": QUESTIONS_MODEL,
+        "cutoffs_model": QUESTIONS_MODEL,
+        "model_note": None,
         "agent": {
             "text": f"{s1}[1] The prize was announced in 2023[2]. It is often called a turning point.",
             "request_id": "agent-req-1",
@@ -392,13 +401,33 @@ def answer_report(question: str, *, text: str = "", title: str = "", url: str = 
                 "error": None,
                 "outcome": "not confirmed",
                 "investigation": {
-                    "status": "failed",
+                    "status": "done",
                     "custom_id": "q:i3",
-                    "text": None,
-                    "request_id": None,
-                    "request_ids": [],
-                    "error": "agent answered without searching",
+                    "text": "Commentators called the prize a turning point for the field.",
+                    "request_id": "agent-req-3",
+                    "request_ids": ["agent-req-3"],
+                    "error": None,
                 },
+            },
+            {
+                "role": "rewrite",
+                "number": 3,
+                "rewrite_number": 1,
+                "custom_id": "q:i3",
+                "text": "Commentators called the prize a turning point for the field.",
+                "claim": "Commentators called the prize a turning point for the field.",
+                "paragraph": 1,
+                "status": "done",
+                "label": "uncited",
+                "rule": "checkable 0.810, no usable citation",
+                "checkable": 0.81,
+                "passages": [],
+                "missing_ids": [],
+                "request_id": "dec-req-6",
+                "request_ids": ["dec-req-6"],
+                "input_tokens": 70,
+                "error": None,
+                "used": False,
             },
         ],
         "summary": {
@@ -407,18 +436,69 @@ def answer_report(question: str, *, text: str = "", title: str = "", url: str = 
             "replaced": 1,
             "not_confirmed": 1,
             "not_reviewed": 0,
-            "decisions_requests": 5,
-            "decisions_input_tokens": 860,
+            "decisions_requests": 6,
+            "decisions_input_tokens": 930,
             "agent_calls": 3,
             "seconds": 4.2,
             "before": {"supported": 1, "weak": 1, "uncited": 1},
             "after": {"supported": 2, "uncited": 1},
             "failed_sentences": 0,
-            "failed_investigations": 1,
+            "failed_investigations": 0,
+            "incomplete_steps": {},
         },
         "request_ids": {
-            "agent": ["agent-req-1", "agent-req-2"],
-            "decisions": ["dec-req-1", "dec-req-2", "dec-req-3", "dec-req-4", "dec-req-5"],
+            "agent": ["agent-req-1", "agent-req-2", "agent-req-3"],
+            "decisions": ["dec-req-1", "dec-req-2", "dec-req-3", "dec-req-4", "dec-req-5", "dec-req-6"],
+        },
+    }
+
+
+def incomplete_answer_report(question: str, error: str) -> dict[str, Any]:
+    """`answer_report` with the investigation of sentence 3 failed: the question is incomplete, sentence 3
+    keeps its label without a review outcome, and the report names the failed step."""
+    report = answer_report(question)
+    evidence = [row for row in report["evidence"] if not (row["role"] == "rewrite" and row["number"] == 3)]
+    evidence[-1] = {
+        **evidence[-1],
+        "outcome": None,
+        "investigation": {
+            "status": "failed",
+            "custom_id": "q:i3",
+            "text": None,
+            "request_id": "agent-req-3",
+            "request_ids": ["agent-req-3"],
+            "error": error,
+        },
+    }
+    final = report["final"]
+    sentences = [
+        *final["sentences"][:2],
+        {**final["sentences"][2], "outcome": None, "investigation_error": error},
+    ]
+    return {
+        **report,
+        "status": "incomplete",
+        "errors": [f"investigation of sentence 3 failed: {error}"],
+        "incomplete_steps": [
+            {
+                "step": "investigate",
+                "sentence": 3,
+                "status": "failed",
+                "error": error,
+                "request_ids": ["agent-req-3"],
+                "message": f"the investigation of sentence 3 did not finish (failed: {error})",
+            }
+        ],
+        "final": {**final, "sentences": sentences},
+        "evidence": evidence,
+        "summary": {
+            **report["summary"],
+            "investigated": 1,
+            "not_confirmed": 0,
+            "decisions_requests": 5,
+            "decisions_input_tokens": 860,
+            "failed_investigations": 1,
+            "incomplete_steps": {"investigate": 1},
         },
     }
 
@@ -430,8 +510,11 @@ def failed_answer_report(question: str, error: str) -> dict[str, Any]:
         "status": "failed",
         "error": error,
         "errors": [],
+        "incomplete_steps": [],
         "built_at": "2026-01-01T00:00:00+00:00",
-        "model": MODEL,
+        "model": QUESTIONS_MODEL,
+        "cutoffs_model": QUESTIONS_MODEL,
+        "model_note": None,
         "agent": None,
         "final": None,
         "evidence": [],
@@ -449,6 +532,7 @@ def failed_answer_report(question: str, error: str) -> dict[str, Any]:
             "after": {},
             "failed_sentences": 0,
             "failed_investigations": 0,
+            "incomplete_steps": {},
         },
         "request_ids": {"agent": [], "decisions": []},
     }
@@ -475,7 +559,8 @@ def _quote_candidate(
 def quote_report(
     question: str, *, quoted: bool = True, text: str = "", title: str = "", url: str = ""
 ) -> dict[str, Any]:
-    """A quote report with two results, one compared candidate, and a quote (or a closest candidate)."""
+    """A quote report where every step ran: three results (one without a usable sentence, one ranked low),
+    one compared candidate, and a quote (or a closest candidate)."""
     url = url or "https://www.britannica.com/science/human-skeleton"
     title = title or "How many bones are in the human body?"
     best = f"The adult human body has 206 bones.{(' ' + text) if text else ''}"
@@ -527,16 +612,16 @@ def quote_report(
             "date": "2023-05-01",
             "sentence_count": 1,
             "sentences": ["Test your knowledge of the human skeleton with our quiz."],
-            "status": "failed",
-            "best": None,
-            "has_answer": None,
-            "p_best": None,
-            "confidence": None,
-            "probabilities": {},
+            "status": "done",
+            "best": {"number": 1, "text": "Test your knowledge of the human skeleton with our quiz."},
+            "has_answer": 0.04,
+            "p_best": 1.0,
+            "confidence": 0.95,
+            "probabilities": {"1": 1.0},
             "request_id": "rank-3",
             "request_ids": ["rank-3"],
-            "input_tokens": None,
-            "error": "upstream 500 after 3 retries",
+            "input_tokens": 110,
+            "error": None,
             "compared": False,
         },
     ]
@@ -545,9 +630,12 @@ def quote_report(
         "question": question,
         "status": "quoted" if quoted else "no_answer",
         "error": None,
-        "errors": ["result 3 failed: upstream 500 after 3 retries"],
+        "errors": [],
+        "incomplete_steps": [],
         "built_at": "2026-01-01T00:00:00+00:00",
-        "model": MODEL,
+        "model": QUESTIONS_MODEL,
+        "cutoffs_model": QUESTIONS_MODEL,
+        "model_note": None,
         "quote": candidate if quoted else None,
         "closest": None if quoted else candidate,
         "closest_by": None if quoted else "answers",
@@ -576,12 +664,66 @@ def quote_report(
         "run": {},
         "summary": {
             "decisions_requests": 3,
-            "failed_requests": 1,
+            "failed_requests": 0,
             "search_requests": 1,
-            "input_tokens": 410,
+            "input_tokens": 520,
             "seconds": 1.9,
+            "incomplete_steps": {},
         },
         "request_ids": ["search-1", "rank-1", "rank-3", "compare-1"],
+    }
+
+
+def incomplete_quote_report(question: str, error: str) -> dict[str, Any]:
+    """`quote_report` with the rank request of result 3 failed: the run stopped before the compare step,
+    so nothing is quoted; the results ranked so far are kept and the report names the missing steps."""
+    report = quote_report(question)
+    failed = {
+        **report["results"][2],
+        "status": "failed",
+        "best": None,
+        "has_answer": None,
+        "p_best": None,
+        "confidence": None,
+        "probabilities": {},
+        "input_tokens": None,
+        "error": error,
+    }
+    compare_message = "no compare request was sent, because not every result was ranked"
+    return {
+        **report,
+        "status": "incomplete",
+        "errors": [f"result 3 failed: {error}"],
+        "incomplete_steps": [
+            {
+                "step": "rank",
+                "result": 3,
+                "status": "failed",
+                "error": error,
+                "request_ids": ["rank-3"],
+                "message": f"the rank request of result 3 did not finish (failed: {error})",
+            },
+            {
+                "step": "compare",
+                "status": "not_started",
+                "error": None,
+                "request_ids": [],
+                "message": compare_message,
+            },
+        ],
+        "quote": None,
+        "closest": None,
+        "closest_by": None,
+        "compare": None,
+        "results": [{**report["results"][0], "compared": False}, report["results"][1], failed],
+        "summary": {
+            **report["summary"],
+            "decisions_requests": 2,
+            "failed_requests": 1,
+            "input_tokens": 300,
+            "incomplete_steps": {"rank": 1, "compare": 1},
+        },
+        "request_ids": ["search-1", "rank-1", "rank-3"],
     }
 
 
@@ -592,8 +734,11 @@ def failed_quote_report(question: str, error: str) -> dict[str, Any]:
         "status": "failed",
         "error": error,
         "errors": [],
+        "incomplete_steps": [],
         "built_at": "2026-01-01T00:00:00+00:00",
-        "model": MODEL,
+        "model": QUESTIONS_MODEL,
+        "cutoffs_model": QUESTIONS_MODEL,
+        "model_note": None,
         "quote": None,
         "closest": None,
         "closest_by": None,
@@ -608,6 +753,7 @@ def failed_quote_report(question: str, error: str) -> dict[str, Any]:
             "search_requests": 1,
             "input_tokens": 0,
             "seconds": 0.1,
+            "incomplete_steps": {},
         },
         "request_ids": [],
     }

@@ -11,6 +11,8 @@ report, readiness, retry and the results export are checked deterministically.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import uuid
 from typing import Any
@@ -120,6 +122,20 @@ def report_of(web: WebEnv, job_id: str, custom_id: str) -> dict[str, Any]:
     return report
 
 
+def results(web: WebEnv, caller: Caller, job_id: str) -> list[dict[str, Any]]:
+    """The NDJSON results export, one parsed line per question."""
+    resp = web.client.get(f"/v1/jobs/{job_id}/results", headers=caller.headers)
+    assert resp.status_code == 200
+    return [json.loads(x) for x in resp.data.splitlines()]
+
+
+def csv_rows(web: WebEnv, caller: Caller, job_id: str) -> list[dict[str, str]]:
+    """The CSV results export as dicts by column."""
+    resp = web.client.get(f"/v1/jobs/{job_id}/results?format=csv", headers=caller.headers)
+    assert resp.status_code == 200 and resp.mimetype == "text/csv"
+    return list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+
+
 def sentence_output(spec: dict[str, Any], support: float, request_id: str) -> dict[str, Any]:
     """What the sentence handler stores, for made-up probabilities (the label comes from checks/)."""
     answers = {gate.CHECKABLE_QUESTION: 0.95}
@@ -158,6 +174,17 @@ def test_json_intake_creates_one_question_item_per_row(web: WebEnv, caller: Call
     ]
     assert [i.input for i in items] == [{"kind": kind, "question": q["question"]} for q in QUESTIONS]
     assert web.started_job_ids() == [body["id"]]
+
+
+@pytest.mark.parametrize("kind", ["answer", "quote"])
+def test_question_jobs_default_to_the_model_their_cutoffs_were_measured_on(
+    web: WebEnv, caller: Caller, kind: str
+) -> None:
+    resp = post(web, caller, {"kind": kind, "items": QUESTIONS})
+    assert resp.status_code == 202, resp.get_json()
+    assert resp.get_json()["options"] == {"model": "pplx-decider-v1.1-27b", "budget_usd": None}
+    claims = post(web, caller, {"kind": "claims", "items": [{"id": "c", "claim": "Water is wet."}]})
+    assert claims.get_json()["options"]["model"] == "pplx-decider-latest"  # claims keep their default
 
 
 def test_ndjson_intake_takes_options_from_the_query(web: WebEnv, caller: Caller) -> None:
@@ -252,7 +279,8 @@ def test_answer_stages_report_retry_and_export(web: WebEnv, caller: Caller) -> N
     (investigation,) = [i for i in items_of(web, job_id) if i.stage == "investigation"]
     assert investigation.custom_id == "q1:i2" and investigation.input["claim"] == specs[1]["claim"]
 
-    # The investigation fails: the report is still built, the weak sentence stays, the job completes.
+    # The investigation fails: the report is still built, the weak sentence stays, the job completes, and
+    # the question is incomplete (not "done"): the step that failed is named.
     settle(
         web,
         investigation.id,
@@ -263,9 +291,12 @@ def test_answer_stages_report_retry_and_export(web: WebEnv, caller: Caller) -> N
     step = advance(web, question.id)
     assert step.reported and finalize(web, job_id)
     report = report_of(web, job_id, "q1")
-    assert report["status"] == "done" and report["errors"] == [
+    assert report["status"] == "incomplete" and report["errors"] == [
         "investigation of sentence 2 failed: Agent API failed: 503"
     ]
+    (missing,) = report["incomplete_steps"]
+    assert (missing["step"], missing["sentence"], missing["status"]) == ("investigate", 2, "failed")
+    assert missing["error"] == "Agent API failed: 503" and missing["request_ids"] == ["agent-2"]
     final = report["final"]["sentences"]
     assert [(s["label"], s["outcome"], bool(s["investigation_error"])) for s in final] == [
         ("supported", None, False),
@@ -285,7 +316,12 @@ def test_answer_stages_report_retry_and_export(web: WebEnv, caller: Caller) -> N
     }
     job = web.job(job_id)
     assert job.status == "completed" and job.summary is not None
-    assert job.summary["outcomes"]["done"] == 1 and job.summary["totals"]["failed_investigations"] == 1
+    assert job.summary["outcomes"] == {"done": 0, "failed": 0, "skipped": 0, "incomplete": 1}
+    assert job.summary["incomplete_steps"] == {"investigate": 1}
+    assert job.summary["totals"]["failed_investigations"] == 1
+    (line,) = results(web, caller, job_id)
+    assert line["outcome"] == "incomplete" and line["final_answer"] is None
+    assert line["partial_answer"] == "The bridge was built by Ada. [1] The bridge opened in 1890. [2]"
 
     # Retry: the failed investigation runs again; its report is stale until rebuilt from the new result.
     resp = web.client.post(f"/v1/jobs/{job_id}/retry", headers=caller.headers)
@@ -310,7 +346,8 @@ def test_answer_stages_report_retry_and_export(web: WebEnv, caller: Caller) -> N
     assert not finalize(web, job_id)  # the old report no longer matches its children
     assert advance(web, question.id).reported and finalize(web, job_id)
     report = report_of(web, job_id, "q1")
-    assert report["status"] == "done" and report["errors"] == []
+    assert report["status"] == "done" and report["errors"] == [] and report["incomplete_steps"] == []
+    assert (web.job(job_id).summary or {})["outcomes"]["done"] == 1
     assert [(s["text"], s["replaced"], s["outcome"]) for s in report["final"]["sentences"]] == [
         ("The bridge was built by Ada.", False, None),
         ("The bridge opened to traffic in 1890.", True, "replaced"),
@@ -318,16 +355,62 @@ def test_answer_stages_report_retry_and_export(web: WebEnv, caller: Caller) -> N
     assert [r["role"] for r in report["evidence"]] == ["original", "original", "rewrite"]
     assert report["evidence"][1]["outcome"] == "replaced" and report["evidence"][2]["used"] is True
 
-    lines = [
-        json.loads(x)
-        for x in web.client.get(f"/v1/jobs/{job_id}/results", headers=caller.headers).data.splitlines()
-    ]
+    lines = results(web, caller, job_id)
     assert len(lines) == 1
     assert (
         lines[0]["final_answer"]
         == "The bridge was built by Ada. [1] The bridge opened to traffic in 1890. [2]"
     )
     assert lines[0]["request_ids"]["agent"] == ["agent-1", "agent-3"]
+
+
+def test_a_failed_sentence_stops_the_answer_and_every_export_says_incomplete(
+    web: WebEnv, caller: Caller
+) -> None:
+    job_id = post(
+        web, caller, {"kind": "answer", "items": QUESTIONS[:1], "options": {"model": "pplx-decider-latest"}}
+    ).get_json()["id"]
+    (question,) = items_of(web, job_id)
+    specs = sentence_specs(ANSWER, RESULTS)
+    output = {
+        "kind": "answer",
+        "agent": {"text": ANSWER, "results": RESULTS, "request_id": "agent-1", "request_ids": ["agent-1"]},
+        "sentences": specs,
+        "request_ids": ["agent-1"],
+    }
+    first, second = settle(web, question.id, output, request_id="agent-1").spawned  # type: ignore[union-attr]
+    # s1 is weak (it would be investigated); s2's scoring fails.
+    settle(web, first, sentence_output(specs[0], 0.5, "d-1"), request_id="d-1")
+    settle(web, second, {"request_ids": ["d-2"]}, error="Decisions API failed: 503", request_id="d-2")
+    step = advance(web, question.id)
+    assert step.reported and step.spawned == []  # no investigation: the run stops at the failed step
+    assert [i.stage for i in items_of(web, job_id)] == ["question", "sentence", "sentence"]
+    assert finalize(web, job_id)
+
+    report = report_of(web, job_id, "q1")
+    assert report["status"] == "incomplete"
+    assert [(m["step"], m.get("sentence"), m["status"]) for m in report["incomplete_steps"]] == [
+        ("score", 2, "failed"),
+        ("review", None, "not_started"),
+    ]
+    assert report["incomplete_steps"][0]["request_ids"] == ["d-2"]
+    assert [s["label"] for s in report["final"]["sentences"]] == ["weak", None]
+    assert "this job used pplx-decider-latest" in report["model_note"]
+
+    (line,) = results(web, caller, job_id)
+    assert line["outcome"] == "incomplete" and line["final_answer"] is None
+    assert line["partial_answer"] == "The bridge was built by Ada. [1] The bridge opened in 1890. [2]"
+    assert [m["step"] for m in line["incomplete_steps"]] == ["score", "review"]
+    assert line["model_note"] == report["model_note"]
+    (row,) = csv_rows(web, caller, job_id)
+    assert row["outcome"] == "incomplete" and row["final_answer"] == ""
+    assert row["incomplete_steps"].startswith(
+        "sentence 2 was not scored (failed: Decisions API failed: 503); "
+    )
+    assert row["partial_answer"] == line["partial_answer"] and row["model_note"] == report["model_note"]
+    summary = web.job(job_id).summary or {}
+    assert summary["outcomes"] == {"done": 0, "failed": 0, "skipped": 0, "incomplete": 1}
+    assert summary["incomplete_steps"] == {"score": 1, "review": 1}
 
 
 def test_failed_question_gets_a_failed_report_and_the_job_still_completes(
@@ -455,6 +538,51 @@ def test_quote_stages_and_report(web: WebEnv, caller: Caller, has_answer: float,
     assert summary["outcomes"][expected] == 1 and summary["totals"]["search_requests"] == 1
 
 
+def test_a_failed_rank_stops_the_quote_and_every_export_says_incomplete(web: WebEnv, caller: Caller) -> None:
+    job_id = post(web, caller, {"kind": "quote", "items": QUESTIONS[:1]}).get_json()["id"]
+    (question,) = items_of(web, job_id)
+    settle(web, question.id, quote_question_output(), request_id="s-1")
+    results_ = [i for i in items_of(web, job_id) if i.stage == "result"]
+    source = quotes.SourceResult.from_dict(results_[0].input["result"])
+    # Result 1 holds the answer (has_answer 0.95); result 3's rank request fails.
+    settle(web, results_[0].id, rank_output(source, 1, 0.95, "r-1"), request_id="r-1")
+    settle(web, results_[1].id, {"request_ids": ["r-3"]}, error="Decisions API failed: 500", request_id="r-3")
+    step = advance(web, question.id)
+    assert step.reported and step.spawned == []  # no compare over part of the results
+    assert not [i for i in items_of(web, job_id) if i.stage == "compare"]
+    assert finalize(web, job_id)
+
+    report = report_of(web, job_id, "q1")
+    assert report["status"] == "incomplete" and report["quote"] is None and report["closest"] is None
+    rank, compare = report["incomplete_steps"]
+    assert (rank["step"], rank["result"], rank["status"], rank["request_ids"]) == (
+        "rank",
+        3,
+        "failed",
+        ["r-3"],
+    )
+    assert rank["error"] == "Decisions API failed: 500"
+    assert (compare["step"], compare["status"]) == ("compare", "not_started")
+    assert report["results"][0]["best"]["text"] == "An adult human body typically has 206 bones."  # so far
+    assert report["model_note"] is None  # the default model is the one the cutoffs were measured on
+
+    (line,) = results(web, caller, job_id)
+    assert line["outcome"] == "incomplete" and line["quote"] is None and line["closest"] is None
+    assert [(m["step"], m.get("result")) for m in line["incomplete_steps"]] == [
+        ("rank", 3),
+        ("compare", None),
+    ]
+    (row,) = csv_rows(web, caller, job_id)
+    assert row["outcome"] == "incomplete" and row["quote"] == "" and row["closest"] == ""
+    assert row["incomplete_steps"] == (
+        "the rank request of result 3 did not finish (failed: Decisions API failed: 500); "
+        "no compare request was sent, because not every result was ranked"
+    )
+    summary = web.job(job_id).summary or {}
+    assert summary["outcomes"] == {"quoted": 0, "no_answer": 0, "failed": 0, "skipped": 0, "incomplete": 1}
+    assert summary["incomplete_steps"] == {"rank": 1, "compare": 1}
+
+
 def test_cancel_mid_question_builds_an_incomplete_report_and_cancels(web: WebEnv, caller: Caller) -> None:
     job_id = post(web, caller, {"kind": "answer", "items": QUESTIONS[:1]}).get_json()["id"]
     (question,) = items_of(web, job_id)
@@ -477,6 +605,12 @@ def test_cancel_mid_question_builds_an_incomplete_report_and_cancels(web: WebEnv
     assert report["status"] == "incomplete"
     assert [r["status"] for r in report["evidence"]] == ["done", "skipped"]
     assert [s["label"] for s in report["final"]["sentences"]] == ["supported", None]
+    # The cancel is one of the missing steps, next to the sentence it left unscored.
+    assert [(m["step"], m["status"]) for m in report["incomplete_steps"]] == [
+        ("score", "skipped"),
+        ("review", "not_started"),
+        ("cancelled", "cancelled"),
+    ]
 
 
 def test_csv_export_of_question_jobs_has_one_row_per_question(web: Any, caller: Any) -> None:

@@ -24,6 +24,8 @@ from tests.e2e.builders import (
     failed_answer_report,
     failed_quote_report,
     finalize,
+    incomplete_answer_report,
+    incomplete_quote_report,
     quote_report,
     settle,
     store_reports,
@@ -50,11 +52,15 @@ RIVETS = "How many rivets are in the railing of the Eiffel Tower's second floor?
 
 
 def answer_job(web: WebEnv, who: Caller) -> str:
-    job_id = submit_questions(web.client.post, who.headers, "answer", [("q1", Q1), ("q2", Q2)])
+    job_id = submit_questions(web.client.post, who.headers, "answer", [("q1", Q1), ("q2", Q2), ("q3", Q1)])
     store_reports(
         web.sessions,
         job_id,
-        {"q1": answer_report(Q1), "q2": failed_answer_report(Q2, "agent answered without searching")},
+        {
+            "q1": answer_report(Q1),
+            "q2": failed_answer_report(Q2, "agent answered without searching"),
+            "q3": incomplete_answer_report(Q1, "Agent API failed: 503 upstream busy"),
+        },
     )
     finalize(web.sessions, job_id)
     return job_id
@@ -62,7 +68,10 @@ def answer_job(web: WebEnv, who: Caller) -> str:
 
 def quote_job(web: WebEnv, who: Caller) -> str:
     job_id = submit_questions(
-        web.client.post, who.headers, "quote", [("b", BONES), ("r", RIVETS), ("f", "Will this fail?")]
+        web.client.post,
+        who.headers,
+        "quote",
+        [("b", BONES), ("r", RIVETS), ("f", "Will this fail?"), ("i", BONES)],
     )
     store_reports(
         web.sessions,
@@ -71,10 +80,18 @@ def quote_job(web: WebEnv, who: Caller) -> str:
             "b": quote_report(BONES),
             "r": quote_report(RIVETS, quoted=False),
             "f": failed_quote_report("Will this fail?", "search failed: upstream 503"),
+            "i": incomplete_quote_report(BONES, "upstream 500 after 3 retries"),
         },
     )
     finalize(web.sessions, job_id)
     return job_id
+
+
+def article(page: str, n: int) -> str:
+    """The HTML of question n's article (1-based, page order)."""
+    start = page.index(f'id="question-{n}"')
+    end = page.find('<article class="panel"', start)
+    return page[start : end if end != -1 else len(page)]
 
 
 def test_answer_report(web: WebEnv, caller: Caller) -> None:
@@ -103,13 +120,38 @@ def test_answer_report(web: WebEnv, caller: Caller) -> None:
     assert "/requests?id=dec-req-2" in page
     assert "↻ rewrite, used" in page and "↻ rewrite, dropped" in page
     assert "markers pointing at no search result: [7]" in page
-    assert "agent answered without searching" in page  # the failed investigation and the failed question
+    assert "agent answered without searching" in page  # the failed question
     # The failed question still shows, without a final answer.
     assert "No final answer: the question failed" in page
+    # The question where every step ran is checked and has a final answer, with no warning.
+    done = article(page, 1)
+    assert "✓ checked" in done and "<h3>Final answer</h3>" in done and "Incomplete" not in done
     # Job summary with labels before and after review.
     assert "Labels before review" in page and "Labels after review" in page
     assert "~ weak" in page
     assert "style=" not in page and "<script>" not in page  # the CSP allows neither
+
+
+def test_an_incomplete_answer_says_so_and_names_the_missing_step(web: WebEnv, caller: Caller) -> None:
+    job_id = answer_job(web, caller)
+    sign_in(web.client, caller)
+    page = html(web.client.get(f"/jobs/{job_id}"))
+    incomplete = article(page, 3)
+    assert "◐ incomplete" in incomplete and "✓ checked" not in incomplete
+    assert "Incomplete: not a checked answer." in incomplete
+    missing = "the investigation of sentence 3 did not finish (failed: Agent API failed: 503 upstream busy)"
+    assert f"<li>{missing}</li>" in incomplete
+    # Every scored sentence is still shown, under a heading that does not call it the final answer.
+    assert "Final answer" not in incomplete and "Answer so far" in incomplete
+    assert "It is often called a turning point." in incomplete
+    assert "investigation failed: Agent API failed: 503 upstream busy" in incomplete
+    # The job summary counts it apart from the checked ones.
+    assert "checked 1 · failed 1 · skipped 0 · incomplete 1" in page
+    assert "Steps that did not run" in page and "investigate 1" in page
+    # The downloadable report file says the same.
+    report = web.client.get(f"/jobs/{job_id}/report.html").get_data(as_text=True)
+    assert "Incomplete: not a checked answer." in report and "Answer so far" in report
+    assert "the investigation of sentence 3 did not finish" in report
 
 
 def test_quote_report(web: WebEnv, caller: Caller) -> None:
@@ -130,7 +172,6 @@ def test_quote_report(web: WebEnv, caller: Caller) -> None:
     assert '<td class="num p">0.990</td>' in page  # p(best)
     assert '<td class="num p">0.980</td>' in page  # confidence
     assert "· not ranked" in page
-    assert "upstream 500 after 3 retries" in page
     # The compare table.
     assert "<h3>Compare</h3>" in page and "≥ cutoff" in page
     assert "/requests?id=compare-1" in page
@@ -141,24 +182,71 @@ def test_quote_report(web: WebEnv, caller: Caller) -> None:
     assert "style=" not in page and "<script>" not in page  # the CSP allows neither
 
 
+def test_an_incomplete_quote_quotes_nothing_and_names_the_missing_steps(web: WebEnv, caller: Caller) -> None:
+    job_id = quote_job(web, caller)
+    sign_in(web.client, caller)
+    page = html(web.client.get(f"/jobs/{job_id}"))
+    incomplete = article(page, 4)
+    assert "◐ incomplete" in incomplete and "✓ quoted" not in incomplete
+    assert "Incomplete: no quote." in incomplete
+    assert (
+        "<li>the rank request of result 3 did not finish (failed: upstream 500 after 3 retries)</li>"
+        in incomplete
+    )
+    assert "<li>no compare request was sent, because not every result was ranked</li>" in incomplete
+    # Nothing is quoted or offered as closest, and it does not claim that no result answers...
+    assert '<blockquote class="quote' not in incomplete and "No result answers the question" not in incomplete
+    # ...but the candidates ranked so far are shown.
+    assert (
+        "The adult human body has 206 bones." in incomplete and "upstream 500 after 3 retries" in incomplete
+    )
+    assert "<h3>Compare</h3>" not in incomplete
+    assert '<div class="k">Incomplete</div><div class="v">1</div>' in page
+    report = web.client.get(f"/jobs/{job_id}/report.html").get_data(as_text=True)
+    assert "Incomplete: no quote." in report and "the rank request of result 3 did not finish" in report
+
+
+def test_reports_on_another_model_say_where_the_cutoffs_were_measured(web: WebEnv, caller: Caller) -> None:
+    note = "The cutoffs were measured on pplx-decider-v1.1-27b; this job used pplx-decider-flash-latest"
+    sign_in(web.client, caller)
+    for kind, report in (("answer", answer_report(Q1)), ("quote", quote_report(BONES))):
+        default = submit_questions(web.client.post, caller.headers, kind, [("a", Q1)])
+        other = submit_questions(
+            web.client.post, caller.headers, kind, [("a", Q1)], {"model": "pplx-decider-flash-latest"}
+        )
+        for job_id in (default, other):
+            store_reports(web.sessions, job_id, {"a": report})
+            finalize(web.sessions, job_id)
+        assert note not in html(web.client.get(f"/jobs/{default}"))
+        page = html(web.client.get(f"/jobs/{other}"))
+        assert note in page and 'id="model-note"' in page
+        assert note in web.client.get(f"/jobs/{other}/report.html").get_data(as_text=True)
+
+
 def test_question_downloads(web: WebEnv, caller: Caller) -> None:
     job_id = quote_job(web, caller)
     sign_in(web.client, caller)
     lines = web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True).splitlines()
-    assert [json.loads(x)["custom_id"] for x in lines] == ["b", "r", "f"]
+    assert [json.loads(x)["custom_id"] for x in lines] == ["b", "r", "f", "i"]
+    assert [json.loads(x)["outcome"] for x in lines] == ["quoted", "no_answer", "failed", "incomplete"]
+    assert json.loads(lines[3])["quote"] is None and json.loads(lines[3])["incomplete_steps"]
     rows = list(
         csv.DictReader(io.StringIO(web.client.get(f"/jobs/{job_id}/results.csv").get_data(as_text=True)))
     )
-    assert [r["outcome"] for r in rows] == ["quoted", "no_answer", "failed"]
+    assert [r["outcome"] for r in rows] == ["quoted", "no_answer", "failed", "incomplete"]
     assert rows[0]["quote"] == "The adult human body has 206 bones."
     assert rows[0]["url"] == "https://www.britannica.com/science/human-skeleton"
     assert rows[1]["closest_p_answers"] == "0.43"
+    assert rows[3]["quote"] == "" and rows[3]["incomplete_steps"].startswith("the rank request of result 3")
     answer_id = answer_job(web, caller)
     rows = list(
         csv.DictReader(io.StringIO(web.client.get(f"/jobs/{answer_id}/results.csv").get_data(as_text=True)))
     )
     assert rows[0]["final_answer"].startswith("John J. Hopfield and Geoffrey Hinton won")
     assert rows[1]["outcome"] == "failed"
+    assert rows[2]["outcome"] == "incomplete" and rows[2]["final_answer"] == ""
+    assert rows[2]["partial_answer"].startswith("John J. Hopfield and Geoffrey Hinton won")
+    assert rows[2]["incomplete_steps"].startswith("the investigation of sentence 3 did not finish")
     report = web.client.get(f"/jobs/{answer_id}/report.html").get_data(as_text=True)
     assert "<script" not in report and "The academy announces prizes in October." in report
     assert "/requests?id=" not in report

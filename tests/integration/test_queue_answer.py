@@ -38,7 +38,7 @@ QUESTIONS = [
     "How tall is the Eiffel Tower today, and how much has its height changed since it opened?",
 ]
 ROWS = [{"id": f"q{n}", "question": q} for n, q in enumerate(QUESTIONS, start=1)]
-INVESTIGATION_MARK = "Earlier answer:"  # our investigation prompt (checks.answer_requests)
+INVESTIGATION_MARK = "did not clearly support this sentence"  # checks.answer_requests, investigation
 
 
 @dataclass
@@ -190,8 +190,9 @@ def test_failed_investigation_and_failed_question_leave_the_rest_reported(
         job = stack.wait_job(job_id, timeout=180)
     assert job.status == "completed", job.error
     summary = job.summary or {}
-    assert summary["outcomes"]["done"] == 2 and summary["outcomes"]["failed"] == 1
+    assert summary["outcomes"] == {"done": 1, "failed": 1, "skipped": 0, "incomplete": 1}
     assert summary["totals"]["failed_investigations"] >= 1
+    assert summary["incomplete_steps"] == {"investigate": summary["totals"]["failed_investigations"]}
 
     reports = _reports(pg_engine, job)
     failed = reports["q1"]
@@ -199,12 +200,16 @@ def test_failed_investigation_and_failed_question_leave_the_rest_reported(
     assert failed["report"]["status"] == "failed" and failed["report"]["final"] is None
     assert "search" in failed["report"]["error"].lower()  # "answered without searching"
 
-    # q2's investigations failed: its sentences keep their labels, the report says why, all else stored.
+    # q2's investigations failed: it is incomplete, not done; its sentences keep their labels, the report
+    # names every failed investigation, all else is stored.
     report = reports["q2"]["report"]
-    assert report["status"] == "done"
+    assert report["status"] == "incomplete"
     assert report["errors"] and all("investigation" in e for e in report["errors"])
     flagged = [r for r in report["evidence"] if r["role"] == "original" and r["investigation"] is not None]
     assert flagged
+    assert [(m["step"], m["sentence"], m["status"]) for m in report["incomplete_steps"]] == [
+        ("investigate", row["number"], "failed") for row in flagged
+    ]
     for row in flagged:
         assert row["investigation"]["status"] == "failed" and row["investigation"]["error"]
         assert row["investigation"]["request_id"] is None or row["investigation"]["request_ids"]

@@ -163,8 +163,9 @@ def test_failed_rank_and_failed_search_keep_the_run_record(
         job = stack.wait_job(job_id, timeout=120)
     assert job.status == "completed", job.error
     summary = job.summary or {}
-    assert summary["outcomes"]["failed"] == 1
+    assert summary["outcomes"]["failed"] == 1 and summary["outcomes"]["incomplete"] == 1
     assert summary["totals"]["failed_requests"] == 1
+    assert summary["incomplete_steps"] == {"rank": 1, "compare": 1}
 
     reports = _reports(pg_engine, job)
     bolts = reports["bolts"]
@@ -179,6 +180,11 @@ def test_failed_rank_and_failed_search_keep_the_run_record(
     failed_rank = [a for a in report["run"]["rank"] if a["status"] == "failed"]
     assert len(failed_rank) == 1 and failed_rank[0]["request_id"] == failed_rows[0]["request_id"]
     assert report["run"]["totals"]["failed_requests"] == 1
-    # The other results still compete: the answer is found elsewhere.
-    assert report["status"] == "quoted" and "206" in report["quote"]["text"]
-    assert report["quote"]["url"] != broken_url
+    # The run stops at the failed rank, as the reference recipe does: no compare request, nothing quoted,
+    # the question is incomplete and names the failed rank; the candidates ranked so far are kept.
+    assert report["status"] == "incomplete" and report["quote"] is None and report["closest"] is None
+    assert report["compare"] is None and report["run"]["compare"] == []
+    rank, compare = report["incomplete_steps"]
+    assert (rank["step"], rank["result"], rank["status"]) == ("rank", failed_rows[0]["index"], "failed")
+    assert rank["request_ids"] and (compare["step"], compare["status"]) == ("compare", "not_started")
+    assert any("206" in (r["best"] or {}).get("text", "") for r in report["results"])

@@ -28,10 +28,50 @@ def test_answer_request_asks_with_web_search() -> None:
         "instructions": ANSWER_INSTRUCTIONS,
         "tools": [{"type": "web_search"}],
     }
-    # The instructions ask for plain prose, a marker on every factual sentence, and a named subject.
-    assert (
-        "[2]" in ANSWER_INSTRUCTIONS and "prose" in ANSWER_INSTRUCTIONS and "pronoun" in ANSWER_INSTRUCTIONS
+
+
+# The texts the recorded outcomes were measured with (docs/spec.md §3.7), pinned word for word: a change
+# here changes the probabilities, so it must be a deliberate one.
+RECORDED_INSTRUCTIONS = (
+    "Answer in plain prose paragraphs with no bullet points, headings, or bold text. Put a citation marker "
+    "like [3] at the end of every sentence that states a fact, citing the search result that supports it. "
+    "Write every sentence so it makes sense on its own: name the subject instead of starting with it, its, "
+    "or they."
+)
+RECORDED_INVESTIGATION = (
+    'Question: "What did Webb find on K2-18b?"\n'
+    "\n"
+    "Answer:\n"
+    "Webb found methane. [1] It may host an ocean. [2]\n"
+    "\n"
+    "The sources did not clearly support this sentence from the answer:\n"
+    "\n"
+    '"It may host an ocean."\n'
+    "\n"
+    "Search for evidence about this sentence. Write the fewest sentences (one to three) that could replace "
+    "it, stating only what the sources you find support and correcting anything that is wrong. Do not "
+    "repeat facts the rest of the answer already states. Leave out any part you cannot support."
+)
+RECORDED_QUESTIONS = {
+    "checkable": "Is the claim a factual statement that could be verified against a source? Opinions, "
+    "transitions, and questions are not checkable.",
+    "supports_4": "Does passage 4 state or directly imply the claim? Being about the same topic is not "
+    "support; the passage has to back the specific claim.",
+    "contradicts_4": "Does passage 4 state something that cannot be true if the claim is true?",
+}
+
+
+def test_request_texts_are_the_recorded_ones() -> None:
+    assert ANSWER_INSTRUCTIONS == RECORDED_INSTRUCTIONS
+    body = investigation_request(
+        "What did Webb find on K2-18b?",
+        "Webb found methane. [1] It may host an ocean. [2]",
+        "It may host an ocean.",
     )
+    assert body["input"] == RECORDED_INVESTIGATION
+    assert body["instructions"] == RECORDED_INSTRUCTIONS
+    questions = sentence_request("claim", {"4": "p"}, MODEL)["questions"]
+    assert {name: q["instructions"] for name, q in questions.items()} == RECORDED_QUESTIONS
 
 
 def test_answer_request_bodies_do_not_share_mutable_parts() -> None:
@@ -54,7 +94,7 @@ def test_investigation_request_carries_question_answer_and_sentence() -> None:
     assert "What did Webb find on K2-18b?" in prompt
     assert answer in prompt
     assert '"It may host an ocean."' in prompt
-    assert "one to three sentences" in prompt and "support" in prompt
+    assert "(one to three)" in prompt and "support" in prompt
     # The question comes first, then the answer, then the sentence under review.
     assert prompt.index("K2-18b") < prompt.index(answer) < prompt.rindex('"It may host an ocean."')
 

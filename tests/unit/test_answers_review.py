@@ -13,6 +13,7 @@ from checks.answers import (
     Review,
     Scored,
     final_answer,
+    review_may_start,
     review_outcome,
     select_for_review,
     summarize,
@@ -22,6 +23,14 @@ from checks.answers import (
 def test_flagged_labels_and_limit() -> None:
     assert frozenset({"weak", "unsupported", "contradicted", "uncited"}) == FLAGGED_LABELS
     assert MAX_INVESTIGATIONS == 4
+
+
+def test_the_review_starts_only_once_every_sentence_has_a_label() -> None:
+    assert review_may_start(["supported", "weak", "not_checkable"])
+    assert review_may_start([])  # an answer without sentences has nothing to wait for
+    # A sentence whose scoring failed has no label: which flagged sentences are "the first four" is
+    # unknown, and the recipe would have stopped there.
+    assert not review_may_start(["weak", None, "unsupported"])
 
 
 def test_select_for_review_keeps_order_and_splits_at_the_limit() -> None:

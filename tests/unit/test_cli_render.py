@@ -128,7 +128,9 @@ ANSWER_LINE = {
     "request_ids": {"agent": ["ag-1"], "decisions": ["d-1", "d-2"]},
     "report": {
         "status": "done",
-        "errors": ["sentence 3 failed: timeout"],
+        "errors": [],
+        "incomplete_steps": [],
+        "model_note": None,
         "final": {
             "sentences": [
                 {"text": "It found methane.", "label": "supported", "citations": [1], "outcome": None},
@@ -138,7 +140,7 @@ ANSWER_LINE = {
                     "citations": [2, 1],
                     "outcome": "replaced",
                 },
-                {"text": "Life is likely.", "label": None, "citations": [], "outcome": None},
+                {"text": "Life is likely.", "label": "uncited", "citations": [], "outcome": "not confirmed"},
             ],
             "paragraphs": [[0, 1, 2]],
             "sources": [
@@ -148,13 +150,13 @@ ANSWER_LINE = {
         },
         "summary": {
             "sentences": 3,
-            "investigated": 1,
+            "investigated": 2,
             "replaced": 1,
-            "decisions_requests": 4,
+            "decisions_requests": 5,
             "decisions_input_tokens": 12345,
             "seconds": 2.5,
-            "before": {"supported": 1, "weak": 1},
-            "after": {"supported": 2},
+            "before": {"supported": 1, "weak": 1, "uncited": 1},
+            "after": {"supported": 2, "uncited": 1},
         },
     },
 }
@@ -165,14 +167,49 @@ def test_answer_lines_label_every_sentence_and_list_sources() -> None:
     assert out[0] == "question: What did JWST find on K2-18b?"
     assert " 1. [supported] It found methane. [1]" in out
     assert " 2. [supported, replaced] It has an ocean. [2][1]" in out
-    assert " 3. [not scored] Life is likely." in out
+    assert " 3. [uncited, not confirmed] Life is likely." in out
     assert "  [1] A https://a.example" in out and "  [2] https://b.example" in out
     assert any(
-        line.startswith("sentences 3  investigated 1  replaced 1") and "12,345" in line for line in out
+        line.startswith("sentences 3  investigated 2  replaced 1") and "12,345" in line for line in out
     )
-    assert "labels before review: supported 1, weak 1; after: supported 2" in out
-    assert "warning: sentence 3 failed: timeout" in out
+    assert "labels before review: supported 1, weak 1, uncited 1; after: supported 2, uncited 1" in out
+    assert not any("INCOMPLETE" in line or line.startswith("note:") for line in out)
     assert request_ids(ANSWER_LINE) == ["ag-1", "d-1", "d-2"]
+
+
+def test_answer_lines_for_an_incomplete_question_say_what_is_missing() -> None:
+    report = dict(ANSWER_LINE["report"])  # type: ignore[arg-type]
+    report["status"] = "incomplete"
+    report["errors"] = ["sentence 3 failed: timeout"]
+    report["final"] = {
+        **report["final"],
+        "sentences": [
+            *report["final"]["sentences"][:2],
+            {"text": "Life is likely.", "label": None, "citations": [], "outcome": None},
+        ],
+    }
+    missing = "sentence 3 was not scored (failed: timeout)"
+    report["incomplete_steps"] = [
+        {"step": "score", "sentence": 3, "status": "failed", "message": missing},
+        {"step": "review", "status": "not_started", "message": "no investigation was started"},
+    ]
+    out = answer_lines({**ANSWER_LINE, "report": report})
+    assert out[1:4] == [
+        "INCOMPLETE: not every step ran, so this is not a checked answer.",
+        "  missing: sentence 3 was not scored (failed: timeout)",
+        "  missing: no investigation was started",
+    ]
+    assert "answer so far (not every sentence scored or reviewed):" in out
+    assert " 3. [not scored] Life is likely." in out
+    assert not any(line.startswith("warning:") for line in out)  # the steps say it once
+
+
+def test_answer_and_quote_lines_note_a_model_the_cutoffs_were_not_measured_on() -> None:
+    note = "The cutoffs were measured on pplx-decider-v1.1-27b; this job used pplx-decider-latest, ..."
+    report = {**ANSWER_LINE["report"], "model_note": note}  # type: ignore[dict-item]
+    assert f"note: {note}" in answer_lines({**ANSWER_LINE, "report": report})
+    quoted = {"status": "quoted", "quote": QUOTE, "model_note": note}
+    assert f"note: {note}" in quote_lines({"question": "Q", "report": quoted})
 
 
 def test_answer_lines_for_a_failed_question() -> None:
@@ -205,3 +242,26 @@ def test_quote_lines_without_an_answer_show_the_closest_below_the_cutoff() -> No
     assert out[1] == "no search result answers the question"
     assert out[2].startswith("closest (below the 0.6 cutoff, 0.536): ")
     assert out[3] == "  Skeleton"
+
+
+def test_quote_lines_for_an_incomplete_question_quote_nothing_and_show_the_ranked_candidates() -> None:
+    results = [
+        {"index": 1, "best": {"number": 1, "text": QUOTE["text"]}, "has_answer": 0.97},
+        {"index": 2, "best": None, "has_answer": None, "status": "failed"},
+    ]
+    missing = "the rank request of result 2 did not finish"
+    steps = [
+        {"step": "rank", "result": 2, "status": "failed", "message": missing},
+        {"step": "compare", "status": "not_started", "message": "no compare request was sent"},
+    ]
+    report = {"status": "incomplete", "quote": None, "results": results, "incomplete_steps": steps,
+              "errors": ["result 2 failed: 500"]}  # fmt: skip
+    out = quote_lines({"question": "How many bones?", "report": report})
+    assert out[1:4] == [
+        "INCOMPLETE: not every step ran, so nothing is quoted.",
+        "  missing: the rank request of result 2 did not finish",
+        "  missing: no compare request was sent",
+    ]
+    assert out[4] == "candidates ranked so far (none compared, none quoted):"
+    assert out[5] == f'  result 1 (has_answer 0.970): "{QUOTE["text"]}"'
+    assert not any(line.startswith(("quote:", "no search result", "warning:")) for line in out)

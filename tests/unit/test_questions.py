@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks.options import OptionsError, parse_questions_options
+from checks.options import (
+    CUTOFFS_MODEL,
+    OptionsError,
+    QuestionsOptions,
+    cutoffs_model_note,
+    parse_claims_options,
+    parse_questions_options,
+)
 from checks.pricing import DEFAULT_MODEL
 from checks.questions import (
     MAX_QUESTION_BYTES,
@@ -122,8 +129,25 @@ def test_units_are_one_question_item_per_row_with_the_kind() -> None:
         question_units([], "claims")
 
 
+def test_answer_and_quote_default_to_the_model_their_cutoffs_were_measured_on() -> None:
+    # docs/spec.md §7.2-§7.3: the cutoffs and recorded outcomes are from pplx-decider-v1.1-27b.
+    assert CUTOFFS_MODEL == "pplx-decider-v1.1-27b" != DEFAULT_MODEL
+    assert parse_questions_options(None).as_dict() == {"model": CUTOFFS_MODEL, "budget_usd": None}
+    assert parse_questions_options({"model": ""}).model == CUTOFFS_MODEL
+    assert QuestionsOptions().model == CUTOFFS_MODEL
+    assert cutoffs_model_note(CUTOFFS_MODEL) is None
+    # Claims keep their own default: their cutoffs were recorded on it (docs/spec.md §7.1).
+    assert parse_claims_options(None).model == DEFAULT_MODEL
+
+
+def test_another_model_is_used_and_every_report_gets_to_say_so() -> None:
+    assert parse_questions_options({"model": "pplx-decider-latest"}).model == "pplx-decider-latest"
+    note = cutoffs_model_note("pplx-decider-latest")
+    assert note is not None
+    assert "measured on pplx-decider-v1.1-27b" in note and "this job used pplx-decider-latest" in note
+
+
 def test_options_model_and_budget() -> None:
-    assert parse_questions_options(None).as_dict() == {"model": DEFAULT_MODEL, "budget_usd": None}
     opts = parse_questions_options({"model": "pplx-decider-flash-v1.2", "budget_usd": "0.25"})
     assert (opts.model, opts.budget_usd) == ("pplx-decider-flash-v1.2", 0.25)
     for raw, field in (

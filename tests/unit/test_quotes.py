@@ -792,14 +792,48 @@ def test_compare_waits_for_every_rank_attempt() -> None:
     record = QuoteRunRecord("q?", MODEL)
     record.record_search(two_pages())
     record.record_rank(1, rank_answers(has_answer=0.9))
-    assert record.unranked == (2,)
+    assert record.unranked == (2,) and not record.ranks_complete
     with pytest.raises(ValueError, match=re.escape("results [2] have no rank attempt")):
         record.compare_request()
     with pytest.raises(ValueError, match="no rank attempt"):
         record.finish()
-    record.record_rank_failure(2, "gave up")
+    record.record_rank(2, rank_answers(has_answer=0.1))
+    assert record.ranks_complete
     body = record.compare_request()
     assert body is not None and list(body["questions"]) == ["answers_1"]
+
+
+def test_a_failed_rank_stops_the_run_before_the_compare_step() -> None:
+    record = QuoteRunRecord("q?", MODEL)
+    record.record_search(two_pages())
+    record.record_rank(1, rank_answers(has_answer=0.9), request_id="rank-1")
+    record.record_rank_failure(2, "503 upstream busy", request_id="rank-2")
+    assert record.unranked == () and record.failed_ranks == (2,) and not record.ranks_complete
+    # Result 1 alone would be quoted; with result 2 unranked no compare is sent and nothing is quoted.
+    for step in (record.compare_request, record.finish):
+        with pytest.raises(ValueError, match=re.escape("results [2] could not be ranked")):
+            step()
+    with pytest.raises(ValueError, match="could not be ranked"):
+        record.record_compare(compare_answers(0.99))
+    assert record.outcome is None and record.as_dict()["outcome"] is None
+    # An unreadable answer counts as a failed rank too.
+    unreadable = QuoteRunRecord("q?", MODEL)
+    unreadable.record_search(two_pages())
+    unreadable.record_rank(1, rank_answers())
+    with pytest.raises(QuoteAnswerError):
+        unreadable.record_rank(2, rank_answers("9"))
+    assert unreadable.failed_ranks == (2,)
+
+
+def test_a_retried_rank_lets_the_run_go_on() -> None:
+    record = QuoteRunRecord("q?", MODEL)
+    record.record_search(two_pages())
+    record.record_rank(1, rank_answers(has_answer=0.9))
+    record.record_rank_failure(2, "timeout")
+    record.record_rank(2, rank_answers(has_answer=0.1), request_id="again")
+    assert record.failed_ranks == () and record.ranks_complete
+    outcome = record.record_compare(compare_answers(0.95))
+    assert outcome.quoted and record.finish() is outcome
 
 
 def test_finish_needs_the_compare_answer_when_there_is_a_pool() -> None:
