@@ -680,11 +680,13 @@ def result_line(
         "incomplete_steps": [],
         "model_note": None,
         "request_ids": None,
+        "usage": None,
         "report": report,
     }
     if report is None:
         return line
     line["outcome"] = report.get("status")
+    line["usage"] = report.get("usage")
     line["request_ids"] = report.get("request_ids")
     line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
     line["model_note"] = report.get("model_note")

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from checks.questions import QuestionRow
 from jobs import answers, quotes
 from jobs.intake import UnitSpec
+from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, utcnow
 
 log = logging.getLogger("factgate.jobs")
@@ -162,6 +163,8 @@ def advance_question(session: Session, question_id: int) -> Step:
     except Exception as exc:
         log.exception("building the report of question %s of job %s failed", question.id, job.id)
         report = _error_report(job, question, exc)
+    # What the whole question cost: every attempt of every try of the question and of its children.
+    report["usage"] = usage_of_outputs([question.output, *(c.output for c in children)])
     out.update(
         report=report, report_status=report.get("status"), summary=report.get("summary"), children=marker
     )

@@ -474,10 +474,12 @@ def result_line(
         "incomplete_steps": [],
         "model_note": None,
         "request_ids": None,
+        "usage": None,
         "report": report,
     }
     if report is not None:
         line["outcome"] = report.get("status")
+        line["usage"] = report.get("usage")
         line["quote"] = report.get("quote") if line["outcome"] == "quoted" else None
         line["closest"] = report.get("closest") if line["outcome"] == "no_answer" else None
         line["incomplete_steps"] = list(report.get("incomplete_steps") or [])

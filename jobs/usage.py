@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from jobs.items import NO_USAGE, ItemUsage
 from models import ApiCall
 
 
@@ -45,6 +47,26 @@ def usage_totals(session: Session, job_id: uuid.UUID) -> dict[str, Any]:
         "cost_usd": round(sum(v["cost_usd"] for v in by_endpoint.values()), 6),
         "by_endpoint": by_endpoint,
     }
+
+
+def usage_of_outputs(outputs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The summed `usage` of settled items (each item's output holds its own, see jobs/items.py)."""
+    total = NO_USAGE
+    for output in outputs:
+        usage = (output or {}).get("usage")
+        if isinstance(usage, Mapping):
+            total = total.plus(
+                ItemUsage(
+                    attempts=int(usage.get("attempts") or 0),
+                    searches=int(usage.get("searches") or 0),
+                    input_tokens=int(usage.get("input_tokens") or 0),
+                    output_tokens=int(usage.get("output_tokens") or 0),
+                    cost_usd=float(usage.get("cost_usd") or 0.0),
+                    upstream_latency_s=float(usage.get("upstream_latency_s") or 0.0),
+                    queue_wait_s=float(usage.get("queue_wait_s") or 0.0),
+                )
+            )
+    return total.as_dict()
 
 
 def spent_usd(session: Session, job_id: uuid.UUID) -> float:

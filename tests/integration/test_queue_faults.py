@@ -153,6 +153,9 @@ def test_hostile_upstream_answer_and_quote_jobs_complete(
             items = _assert_bounded(stack, job_id, job)
             question = next(i for i in items if i.parent_id is None)
             assert question.status == "done" and (question.output or {}).get("report"), question.error
+            # The report's usage is every attempt of the question and its children, as stored.
+            report = (question.output or {})["report"]
+            assert report["usage"]["attempts"] == sum(_calls_by_item(engine, job_id).values()) > 0
 
 
 def _free_port() -> int:
