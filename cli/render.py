@@ -124,6 +124,7 @@ def _mode_lines(mode: str, card: Mapping[str, Any], flip_count: int | None) -> l
     second = (
         f"{'':<10} mean input tokens {float(card.get('mean_input_tokens') or 0):.0f}  "
         f"mean latency {float(card.get('mean_latency_s') or 0):.2f} s  "
+        f"queue wait {float(card.get('mean_queue_wait_s') or 0):.2f} s  "
         f"grounded attempts {card.get('grounded_attempts', 0)}  "
     )
     if mode == "grounded":

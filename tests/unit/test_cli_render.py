@@ -74,7 +74,7 @@ def _scorecard(mode: str, outcomes: list[claim_rules.Outcome]) -> dict[str, Any]
 
 def test_scorecard_lines_show_every_bound_and_acceptance() -> None:
     true_claims = [claim_rules.Outcome(f"t{i}", True, 0.95, input_tokens=100, latency_s=0.5, attempts=1,
-                                       search_results=5) for i in range(19)]  # fmt: skip
+                                       search_results=5, queue_wait_s=1.25) for i in range(19)]  # fmt: skip
     contradicted = claim_rules.Outcome("t19", True, 0.05, input_tokens=100, latency_s=0.5, attempts=1)
     grounded = _scorecard("grounded", [*true_claims, contradicted])
     ungrounded = _scorecard("ungrounded", [claim_rules.Outcome(f"t{i}", True, 0.1) for i in range(20)])
@@ -92,6 +92,8 @@ def test_scorecard_lines_show_every_bound_and_acceptance() -> None:
     assert lines[3].startswith("grounded   correct 19/20  wrong 1")
     assert "false contradictions 1 (bound 5%)" in lines[3]  # 1 of 20 is exactly 5 %: within the bound
     assert "mean search results 4.8" in lines[4] and "grounded attempts 20" in lines[4]
+    # Upstream latency and our own queue are two figures (the failed claim waited nothing).
+    assert "mean latency 0.50 s  queue wait 1.19 s" in lines[4]
     assert lines[4].endswith("acceptance met")
     assert lines[-1] == GROUNDED_NOTE
 
