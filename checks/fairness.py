@@ -37,18 +37,24 @@ bulk work, and batch still gets 1 in 10, so it never starves (strict priority wo
 long as interactive work keeps arriving). Classes only split a tenant's own share: one tenant marking
 work interactive takes nothing from other tenants.
 
-Guarantees, with q(u) = w(u) / min w over tenants with work (>= 1) and every item counted in the scope:
+Guarantees, with q(t) = w(t) / min w over tenants with work (a tenant's quantum in items, >= 1), counting
+every item of the scope, and checked by tests/unit/test_fairness.py:
 
 - conservation: allocations sum to min(slots, total ready), and no job gets more than its `ready`;
-- no starvation: while the set of jobs with work and the weights stay fixed, every window of
-  `wait_bounds()[job]` consecutive items contains one for the job, namely
-  (1 + sum over other tenants u of ceil(q(u))) x (1 + ceil(quantum of the tenant's other class, if it has
-  work)) x (jobs in the job's class). A change to that set can stretch the window that spans it by at
-  most the rest of the turn then in progress;
-- shares: while tenants stay backlogged, after N items a tenant has N x w / sum(w) items, give or take a
-  few quanta (`tests/unit/test_fairness.py` checks 3 x ceil(q) + 1), so the share error falls as 1/N;
-  within a tenant, interactive has 9/10 of its items to within one item;
-- no banked credit: a member that leaves and comes back is indistinguishable from one never seen.
+- no starvation: while the set of jobs with work, their classes and the weights stay fixed, every window
+  of `wait_bounds()[job]` consecutive items contains one for the job:
+  (1 + sum over the other tenants u of ceil(q(u))) x (1 + ceil(quantum of the tenant's other class, if it
+  has work: 9 for a batch job, 1 for an interactive one)) x (jobs in the job's class).
+  After a change to that set, the bound for the new set applies once the turns then in progress end;
+- shares: tenants competing from a fresh state, after N items, each has received N x w(t) / sum(w)
+  items to within 2 x q(t) (strictly), however the slots were sliced, so the share error is below
+  2 x q(t) / N; within a tenant whose two classes got work together, interactive has 9/10 of the
+  tenant's items to within one item, batch the rest;
+- no banked credit: a member that leaves and comes back is indistinguishable from one never seen; from
+  its return, a tenant gets at most N x w(t) / sum(w) + 2 x q(t) of the next N items.
+
+Weights are relative: the heaviest tenant's turn is q items in a row, and that is also how long each other
+tenant can wait for it, so keep the spread between weights modest (say 1:10 at most).
 
 Calls: a call first reconciles the state with `backlogs` (drops members without work, queues newcomers
 at the tail in a stable order), then picks `min(slots, total ready)` items, removing a job as soon as its
@@ -67,6 +73,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Generic, Literal, TypeVar, get_args
 
@@ -140,14 +147,13 @@ class _Ring(Generic[_K]):
 
     def sync(self, present: Mapping[_K, object], arrival: Callable[[_K], tuple[int, str]]) -> None:
         """Keep members still in `present`, forget the rest and their deficit, queue newcomers at the tail."""
-        if len(self._deficit) != sum(1 for key in self._deficit if key in present):
+        if not self._deficit.keys() <= present.keys():
             head = self._queue[0]
             self._queue = deque(key for key in self._queue if key in present)
             self._deficit = {key: self._deficit[key] for key in self._queue}
             if not self._queue or self._queue[0] != head:
                 self._granted = False
-        newcomers = [key for key in present if key not in self._deficit]
-        for key in sorted(newcomers, key=arrival):
+        for key in sorted(present.keys() - self._deficit.keys(), key=arrival):
             self._queue.append(key)
             self._deficit[key] = 0
 
@@ -236,6 +242,13 @@ def _class_quanta(classes: Iterable[Priority]) -> dict[Priority, int]:
     return {p: _units(CLASS_WEIGHTS[p] / lightest) for p in active}
 
 
+_BOTH_CLASSES = _class_quanta(PRIORITIES)
+
+
+def _class_quantum(classes: _Ring[Priority], priority: Priority) -> int:
+    return _BOTH_CLASSES[priority] if len(classes) > 1 else UNIT
+
+
 def _tenant_quanta(weight_of: Mapping[str, float]) -> dict[str, int]:
     lightest = min(weight_of.values())
     return {tenant: _units(weight / lightest) for tenant, weight in weight_of.items()}
@@ -297,15 +310,13 @@ def allocate(
             heapq.heappop(lightest)
         return _units(weight_of[tenant] / lightest[0][0])
 
-    class_quanta = {tenant: _class_quanta(classes) for tenant, classes in tree.items()}
-
     def one_item(_job: str) -> int:
         return UNIT
 
     for _ in range(wanted):
         tenant = tenants.pick(tenant_quantum)
         classes = state._classes[tenant]
-        priority = classes.pick(class_quanta[tenant].__getitem__)
+        priority = classes.pick(partial(_class_quantum, classes))
         jobs = state._jobs[(tenant, priority)]
         job = jobs.pick(one_item)
         allocation[job] = allocation.get(job, 0) + 1
@@ -318,7 +329,6 @@ def allocate(
         del state._jobs[(tenant, priority)]
         classes.drop_head()
         if classes:
-            class_quanta[tenant] = _class_quanta(classes.members())
             continue
         del state._classes[tenant]
         tenants.drop_head()
@@ -349,21 +359,28 @@ def wait_bounds(backlogs: Sequence[Backlog], weights: Mapping[str, float]) -> di
     """For each job with work, B such that any B consecutive items of the scope include one for it.
 
     Holds while the set of jobs with work, their classes and the weights stay as given (the bound for a
-    new set applies once the turns in progress when it changed have ended). B is the product over the
-    three levels of (1 + the most items the job's tenant, class or job can wait between its own turns):
-    (1 + sum over other tenants of ceil(quantum)) x (1 + ceil(quantum of the other class, if it has work))
-    x (jobs in the class). Quanta in items: tenant weight / lightest weight; class 9 and 1.
+    new set applies once the turns in progress when it changed have ended). At each level a member gets a
+    pick in any window of 1 + (the longest turns of all other members) picks of that level, and the three
+    windows multiply: (1 + sum over other tenants of ceil(q)) x (1 + ceil(q of the tenant's other class,
+    if it has work)) x (jobs in the class), with q in items: tenant weight / lightest weight with work;
+    interactive 9 and batch 1 while both have work.
     """
     tree = _tree(backlogs)
-    quanta = _tenant_quanta(_weights(tree, weights))
-    turns = {tenant: math.ceil(q / UNIT) for tenant, q in quanta.items()}
-    all_turns = sum(turns.values())
+    if not tree:
+        return {}
+    tenant_turns = {t: _longest_turn(q) for t, q in _tenant_quanta(_weights(tree, weights)).items()}
+    all_tenant_turns = sum(tenant_turns.values())
     out: dict[str, int] = {}
     for tenant, classes in tree.items():
-        tenant_gap = 1 + all_turns - turns[tenant]
-        class_turns = {p: math.ceil(q / UNIT) for p, q in _class_quanta(classes).items()}
+        tenant_window = 1 + all_tenant_turns - tenant_turns[tenant]
+        class_turns = {p: _longest_turn(q) for p, q in _class_quanta(classes).items()}
         for priority, jobs in classes.items():
-            class_gap = 1 + sum(class_turns.values()) - class_turns[priority]
+            class_window = 1 + sum(class_turns.values()) - class_turns[priority]
             for job in jobs:
-                out[job] = tenant_gap * class_gap * len(jobs)
+                out[job] = tenant_window * class_window * len(jobs)
     return out
+
+
+def _longest_turn(quantum: int) -> int:
+    """The most items one turn can take: the quantum plus a carried remainder below one item, rounded down."""
+    return -(-quantum // UNIT)
