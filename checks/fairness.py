@@ -49,7 +49,8 @@ every item of the scope, and checked by tests/unit/test_fairness.py:
 - shares: tenants competing from a fresh state, after N items, each has received N x w(t) / sum(w)
   items to within 2 x q(t) (strictly), however the slots were sliced, so the share error is below
   2 x q(t) / N; within a tenant whose two classes got work together, interactive has 9/10 of the
-  tenant's items to within one item, batch the rest;
+  tenant's items to within one item, batch the rest; so each job is within 2 x q(t) + 2 items of
+  N x `shares()[job]`;
 - no banked credit: a member that leaves and comes back is indistinguishable from one never seen; from
   its return, a tenant gets at most N x w(t) / sum(w) + 2 x q(t) of the next N items.
 

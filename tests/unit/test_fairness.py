@@ -7,8 +7,10 @@ Jobs given `ENDLESS` items never run dry within a test: that is "permanently bac
 Bounds used below, with q(t) = weight(t) / lightest weight among tenants with work (a tenant's quantum, in
 items, >= 1), N = items allocated so far, share(t) = weight(t) / sum of weights:
 - waits: every `wait_bounds()[job]` consecutive items include one for the job (fixed set of jobs);
-- tenant lag: |items(t) - N x share(t)| < 2 x q(t), at every point, however slots are sliced;
+- tenant lag: |items(t) - N x share(t)| < 2 x q(t), at every point, however slots are sliced (fresh state,
+  fixed set of backlogged tenants);
 - class split: with both classes backlogged, |interactive - 0.9 x items(tenant)| < 1 item;
+- job lag: |items(job) - N x shares()[job]| < 2 x q(tenant) + 2;
 - a tenant returning from idle never gets more than N x share + 2 x q from its return on.
 """
 
