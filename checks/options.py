@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
+from checks.fairness import PRIORITIES, Priority
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 
 CLAIMS_MODES: tuple[str, ...] = ("ungrounded", "grounded", "both")
@@ -65,6 +66,7 @@ class ClaimsOptions:
     supported_min: float = SUPPORTED_MIN
     contradicted_max: float = CONTRADICTED_MAX
     budget_usd: float | None = None
+    priority: Priority = "batch"
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -75,7 +77,17 @@ class ClaimsOptions:
         return asdict(self)
 
 
-CLAIMS_OPTION_NAMES = frozenset({"model", "mode", "supported_min", "contradicted_max", "budget_usd"})
+CLAIMS_OPTION_NAMES = frozenset(
+    {"model", "mode", "supported_min", "contradicted_max", "budget_usd", "priority"}
+)
+
+
+def _priority(raw: Mapping[str, Any]) -> Priority:
+    """`interactive` (someone is waiting: goes first within the tenant's share) or `batch` (the default)."""
+    value = raw.get("priority") or "batch"
+    if value not in PRIORITIES:
+        raise OptionsError("priority", f"must be one of {', '.join(PRIORITIES)}, got {value!r}")
+    return cast(Priority, value)
 
 
 def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
@@ -105,12 +117,13 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         supported_min=supported_min,
         contradicted_max=contradicted_max,
         budget_usd=budget,
+        priority=_priority(raw),
     )
 
 
 # --- answer and quote jobs -----------------------------------------------------------------------------
 
-QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd"})
+QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd", "priority"})
 
 # The Decisions model the answer-gate label cutoffs (0.5/0.6/0.7/0.4), the quote cutoffs (0.3/0.6) and their
 # recorded outcomes (docs/spec.md §7.2, §7.3) were measured on. It is the default of `answer` and `quote`
@@ -145,6 +158,7 @@ class QuestionsOptions:
 
     model: str = CUTOFFS_MODEL
     budget_usd: float | None = None
+    priority: Priority = "batch"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,4 +179,4 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     budget = _number(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
-    return QuestionsOptions(model=model, budget_usd=budget)
+    return QuestionsOptions(model=model, budget_usd=budget, priority=_priority(raw))

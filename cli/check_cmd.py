@@ -110,6 +110,8 @@ def check(
         "supported_min": supported_min,
         "contradicted_max": contradicted_max,
         "budget_usd": budget_usd,
+        # Someone is waiting at a terminal: this job goes first within the tenant's share of the upstream.
+        "priority": "interactive",
     }
     with open_target(srv, token_from(token), run_worker=True) as target:
         announce(target)
@@ -158,7 +160,7 @@ def _question_command(
                 raise InputError("the question must not be empty")
             body = {
                 "kind": kind,
-                "options": {"model": model} if model else {},
+                "options": {"priority": "interactive", **({"model": model} if model else {})},
                 "items": [{"id": "q1", "question": question}],
             }
             job = target.client.submit_json(body, input_name="the question")

@@ -33,7 +33,7 @@ def db_downgrade(revision: str) -> None:
     click.echo(f"database at {revision}")
 
 
-def _sessions() -> object:
+def cli_sessions() -> object:
     from models import make_engine, make_session_factory
 
     settings = Settings.from_env()
@@ -57,7 +57,7 @@ def tokens_create(tenant: str, name: str | None) -> None:
     from jobs.tenancy import create_token
     from models import session_scope
 
-    with session_scope(_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
         issued = create_token(session, tenant, name)
     click.echo(issued.token)
     click.echo(
@@ -74,7 +74,7 @@ def tokens_list(tenant: str | None) -> None:
     from jobs.tenancy import list_tokens
     from models import session_scope
 
-    with session_scope(_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
         rows = list_tokens(session, tenant)
     for t in rows:
         state = f"revoked {t.revoked_at:%Y-%m-%d}" if t.revoked_at else "active"
@@ -88,7 +88,7 @@ def tokens_revoke(token_id_or_prefix: str) -> None:
     from jobs.tenancy import revoke_token
     from models import session_scope
 
-    with session_scope(_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
         n = revoke_token(session, token_id_or_prefix)
     if not n:
         raise click.ClickException(f"no active token {token_id_or_prefix!r}")

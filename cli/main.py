@@ -25,7 +25,7 @@ def main() -> None:
 
 def _register() -> None:
     """Attach the commands. Imports are local so `factgate --help` stays fast."""
-    from cli import check_cmd, db_cmd, jobs_cmd, server_cmd, simulator_cmd
+    from cli import check_cmd, db_cmd, jobs_cmd, server_cmd, simulator_cmd, tenants_cmd
 
     main.add_command(check_cmd.check)
     main.add_command(check_cmd.ask)
@@ -40,6 +40,7 @@ def _register() -> None:
     main.add_command(simulator_cmd.simulator)
     main.add_command(db_cmd.db)
     main.add_command(db_cmd.tokens)
+    main.add_command(tenants_cmd.tenants)
 
 
 _register()

@@ -28,6 +28,23 @@ from rich.text import Text
 ENDED = ("completed", "cancelled", "failed")
 
 
+class EtaColumn(ProgressColumn):
+    """Time left: the scheduler's ETA (the job's share of the upstream at its rate) when the server has
+    one, else rich's estimate from the recent rate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fallback = TimeRemainingColumn()
+
+    def render(self, task: Task) -> Text:
+        eta = task.fields.get("eta_s")
+        if isinstance(eta, int | float) and eta >= 0:
+            minutes, seconds = divmod(int(eta + 0.5), 60)
+            hours, minutes = divmod(minutes, 60)
+            return Text(f"{hours}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
+        return self._fallback.render(task)
+
+
 class RateColumn(ProgressColumn):
     """Items per second over rich's moving window (what the ETA is computed from)."""
 
@@ -64,7 +81,7 @@ def wait_for_job(
         TaskProgressColumn(),
         RateColumn(),
         TextColumn("ETA"),
-        TimeRemainingColumn(),
+        EtaColumn(),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, speed_estimate_period=10.0) as progress:
@@ -72,8 +89,13 @@ def wait_for_job(
         while True:
             job = fetch()
             done, total = finished_count(job)
+            schedule = job.get("schedule") or {}
             progress.update(
-                task, total=total or None, completed=done, description=f"{label} {job.get('status', '')}"
+                task,
+                total=total or None,
+                completed=done,
+                description=f"{label} {job.get('status', '')}",
+                eta_s=schedule.get("eta_s"),
             )
             if job.get("status") in ENDED:
                 return job

@@ -47,7 +47,7 @@ def _require_redis(name: str) -> None:
 @click.option("--loglevel", "-l", default="info", show_default=True)
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(concurrency: int | None, loglevel: str, celery_args: tuple[str, ...]) -> None:
-    """Run a Celery worker (threads pool, prefetch 1, late acks)."""
+    """Run a Celery worker (threads pool, prefetch 1) and its dispatcher loop (one worker leads)."""
     _require_redis("worker")
     from workers.app import celery_app
 

@@ -70,7 +70,10 @@ class Settings:
     max_body_bytes: int = 64 * 1024 * 1024
 
     # Queue behaviour.
-    chord_size: int = 500
+    chord_size: int = 50  # most items in one chord (a window the dispatcher sends for one job)
+    dispatch_interval_s: float = 0.05  # how often the leading dispatcher looks for free slots
+    dispatch_max_in_flight: int = 64  # per scope: items dispatched and not settled, at most
+    dispatch_stale_s: float = 60.0  # a dispatched item not claimed by then is sent again
     lease_s: int = 300
     # Tries per item that may reach upstream (across leases and transient failures); then it fails.
     max_item_attempts: int = 4
@@ -131,7 +134,10 @@ class Settings:
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 200_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),
-            chord_size=_int(e, "FACTGATE_CHORD_SIZE", 500),
+            chord_size=_int(e, "FACTGATE_CHORD_SIZE", 50),
+            dispatch_interval_s=_float(e, "FACTGATE_DISPATCH_INTERVAL_S", 0.05),
+            dispatch_max_in_flight=_int(e, "FACTGATE_DISPATCH_MAX_IN_FLIGHT", 64),
+            dispatch_stale_s=_float(e, "FACTGATE_DISPATCH_STALE_S", 60.0),
             lease_s=_int(e, "FACTGATE_LEASE_S", 300),
             max_item_attempts=_int(e, "FACTGATE_MAX_ITEM_ATTEMPTS", 4),
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),

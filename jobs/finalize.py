@@ -10,14 +10,14 @@ import logging
 import uuid
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from jobs.claims import claims_summary
 from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
-from models import Job, utcnow
+from models import Item, Job, utcnow
 
 log = logging.getLogger("factgate.jobs")
 
@@ -48,6 +48,15 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         return True
     if job.status in ENDED:
         return True
+    # Cheap first: one index probe answers "still working?" (the common case, asked after every window),
+    # before counting a job's items by status, which reads all of them.
+    if (
+        session.scalar(
+            select(Item.id).where(Item.job_id == job_id, Item.status.in_(("pending", "running"))).limit(1)
+        )
+        is not None
+    ):
+        return False
     counts = request_counts(session, job_id)
     if counts.total == 0:
         return False  # intake has not stored the items yet (every job has at least one)

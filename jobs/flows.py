@@ -2,14 +2,14 @@
 
 answer: question (Agent call) → `sentence` children → `investigation` children for the first flagged
 sentences → report. quote: question (Search call) → `result` children → one `compare` child when some
-candidate qualifies → report.
+candidate qualifies (and every result was ranked) → report.
 
 `advance_question` is the only way a question moves on, and it reads nothing but the database: when the
 question and all its children are settled it either creates the next stage's children or builds the
 report. It is idempotent (the question row is locked, and a report that matches the children it was
 built from is not rebuilt), so chord bodies, the sweeper and a retry may all call it. Children are
-created with `enqueued_at` set, in the transaction of the caller (which sends them right after commit),
-so the job never looks finished in between and a window dispatch does not send them twice.
+created pending in the transaction of the caller, so the job never looks finished in between, and the
+scheduler sends them in its fair order with the rest of the job's work.
 
 A report is stored on the question item (`output["report"]`) with a marker: the count of its children
 by status when it was built (`output["children"]`). A report whose marker no longer matches (a child was
@@ -38,6 +38,14 @@ log = logging.getLogger("factgate.jobs")
 
 QUESTION = "question"
 FLOW_KINDS = ("answer", "quote")
+# The upstream endpoint of each stage's first call: the rate-limit scope the scheduler dispatches it in.
+QUESTION_ENDPOINTS = {"answer": "agent", "quote": "search"}
+CHILD_ENDPOINTS = {
+    "sentence": "decisions",
+    "investigation": "agent",
+    "result": "decisions",
+    "compare": "decisions",
+}
 SPAWNING_JOB_STATUSES = ("queued", "in_progress")  # a cancelling job creates no new work
 ADVANCING_JOB_STATUSES = (*SPAWNING_JOB_STATUSES, "cancelling")  # ...but still gets its reports
 
@@ -64,7 +72,13 @@ def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
     if kind not in FLOWS:
         raise ValueError(f"{kind!r} is not a question kind (expected one of {', '.join(FLOWS)})")
     return [
-        UnitSpec(stage=QUESTION, custom_id=row.id, mode="", input={"kind": kind, "question": row.question})
+        UnitSpec(
+            stage=QUESTION,
+            custom_id=row.id,
+            mode="",
+            input={"kind": kind, "question": row.question},
+            endpoint=QUESTION_ENDPOINTS[kind],
+        )
         for row in rows
     ]
 
@@ -87,7 +101,8 @@ def _counts(statuses: Sequence[str]) -> dict[str, int]:
 
 
 def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[int]:
-    now = utcnow()
+    """Create the next stage's children, pending and undispatched: the scheduler sends them in its fair
+    order, like any other work of the job."""
     items = [
         Item(
             job_id=question.job_id,
@@ -96,11 +111,11 @@ def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[
             position=question.position,  # children sort with their question
             custom_id=u.custom_id,
             mode=u.mode,
+            endpoint=CHILD_ENDPOINTS.get(u.stage, u.endpoint),
             input=u.input,
             status="pending",
             attempts=0,
             dedupe_key=u.dedupe_key,
-            enqueued_at=now,
         )
         for u in units
     ]

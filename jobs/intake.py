@@ -29,13 +29,15 @@ INSERT_BATCH = 5_000
 
 @dataclass(frozen=True)
 class UnitSpec:
-    """One item to create. `dedupe_key` groups identical upstream requests of the job."""
+    """One item to create. `dedupe_key` groups identical upstream requests of the job; `endpoint` is the
+    upstream endpoint of the item's first call (its rate-limit scope, with the job's key)."""
 
     stage: str
     custom_id: str
     mode: str
     input: dict[str, Any]
     dedupe_key: str | None = None
+    endpoint: str = "decisions"
 
 
 def dedupe_key(*parts: str) -> str:
@@ -91,6 +93,7 @@ def create_job(
         total_items=len(units),
         warnings=list(warnings),
         simulated=simulated,
+        priority=str(options.get("priority") or "batch"),
         created_at=now,
         queued_at=now,
     )
@@ -128,6 +131,7 @@ def _insert_items(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]
             "position": pos,
             "custom_id": u.custom_id,
             "mode": u.mode,
+            "endpoint": u.endpoint,
             "input": u.input,
             "status": "pending",
             "attempts": 0,
@@ -140,7 +144,8 @@ def _insert_items(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]
 
 
 _COPY_ITEMS = (
-    "COPY items (job_id, stage, position, custom_id, mode, input, status, attempts, dedupe_key) FROM STDIN"
+    "COPY items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts, dedupe_key) "
+    "FROM STDIN"
 )
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -161,7 +166,7 @@ def _copy_items(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]) 
             dedupe = u.dedupe_key if u.dedupe_key is not None else "\\N"
             chunk.append(
                 f"{jid}\t{_copy_field(u.stage)}\t{pos}\t{_copy_field(u.custom_id)}\t{_copy_field(u.mode)}\t"
-                f"{_copy_field(encode(u.input))}\tpending\t0\t{dedupe}\n"
+                f"{_copy_field(u.endpoint)}\t{_copy_field(encode(u.input))}\tpending\t0\t{dedupe}\n"
             )
             if len(chunk) >= INSERT_BATCH:
                 copy.write("".join(chunk))

@@ -12,12 +12,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from models import ApiToken, Tenant, utcnow
 
 TOKEN_PREFIX = "fg_"  # noqa: S105 - a display prefix, not a secret
+# Weights far apart make the heaviest tenant's turns long for everyone else (docs/architecture.md, scheduler).
+MAX_WEIGHT = 100.0
 
 
 def hash_token(token: str) -> str:
@@ -120,3 +122,72 @@ def revoke_token(session: Session, token_id_or_prefix: str) -> int:
         stmt = stmt.where(ApiToken.prefix == token_id_or_prefix)
     result = session.execute(stmt.values(revoked_at=utcnow()))
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """What `tenants list/show` print: settings that govern the tenant's use of the upstream."""
+
+    id: uuid.UUID
+    name: str
+    weight: float
+    created_at: datetime
+    tokens: int
+    live_jobs: int
+
+
+class TenantNotFoundError(LookupError):
+    """No tenant with that name."""
+
+
+def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]:
+    from models import Job  # noqa: PLC0415 - models.jobs is large; only these reads need it
+
+    tokens = (
+        select(func.count())
+        .select_from(ApiToken)
+        .where(ApiToken.tenant_id == Tenant.id, ApiToken.revoked_at.is_(None))
+        .scalar_subquery()
+    )
+    live = (
+        select(func.count())
+        .select_from(Job)
+        .where(
+            Job.tenant_id == Tenant.id, Job.status.in_(("queued", "in_progress", "finalizing", "cancelling"))
+        )
+        .scalar_subquery()
+    )
+    stmt = select(Tenant, tokens, live).order_by(Tenant.name)
+    if name is not None:
+        stmt = stmt.where(Tenant.name == name)
+    return [
+        TenantInfo(t.id, t.name, float(t.weight), t.created_at, int(n_tokens), int(n_live))
+        for t, n_tokens, n_live in session.execute(stmt)
+    ]
+
+
+def list_tenants(session: Session) -> list[TenantInfo]:
+    """Every tenant, by name."""
+    return _tenant_infos(session)
+
+
+def tenant_info(session: Session, name: str) -> TenantInfo:
+    """One tenant, or TenantNotFoundError."""
+    found = _tenant_infos(session, name)
+    if not found:
+        raise TenantNotFoundError(f"no tenant {name!r}")
+    return found[0]
+
+
+def set_tenant(session: Session, name: str, *, weight: float | None = None) -> TenantInfo:
+    """Change a tenant's settings (only those given). The weight is its relative share of every upstream
+    scope against the other tenants with work there; it applies from the scheduler's next round."""
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        raise TenantNotFoundError(f"no tenant {name!r}")
+    if weight is not None:
+        if not (weight > 0 and weight <= MAX_WEIGHT):
+            raise ValueError(f"weight must be above 0 and at most {MAX_WEIGHT:g}, got {weight:g}")
+        tenant.weight = float(weight)
+    session.flush()
+    return tenant_info(session, name)

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,6 +40,9 @@ JOB_STATUSES = (
 JOB_LIVE_STATUSES = ("queued", "in_progress", "finalizing", "cancelling")
 ITEM_STATUSES = ("pending", "running", "done", "failed", "skipped")
 ITEM_TERMINAL_STATUSES = ("done", "failed", "skipped")
+# Conditions of the scheduler's partial indexes (also in migration 0003).
+READY_SQL = "status = 'pending' AND enqueued_at IS NULL AND duplicate_of IS NULL"
+IN_FLIGHT_SQL = "enqueued_at IS NOT NULL AND status IN ('pending', 'running')"
 
 
 class Job(Base):
@@ -66,6 +70,10 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     # True when answers came from the bundled simulator, so every output can say so.
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    # `interactive` work goes first within its tenant's share of the upstream; `batch` is the default.
+    priority: Mapped[str] = mapped_column(String(16), default="batch", server_default="batch")
+    # The scheduler's latest view of this job (share, rate, ETA), refreshed every few seconds while it runs.
+    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
@@ -94,6 +102,25 @@ class Item(Base):
         Index("ix_items_job_position", "job_id", "position"),
         Index("ix_items_job_dedupe", "job_id", "dedupe_key"),
         Index("ix_items_status_lease", "status", "lease_until"),
+        # What the scheduler reads many times a second: a job's dispatchable items of one endpoint in
+        # order, and the items in flight (dispatched, not settled) per upstream scope. Partial, so both
+        # stay the size of the work they describe, not of the table.
+        Index(
+            "ix_items_ready",
+            "job_id",
+            "endpoint",
+            "position",
+            "id",
+            postgresql_where=text(READY_SQL),
+            sqlite_where=text(READY_SQL),
+        ),
+        Index(
+            "ix_items_in_flight",
+            "scope",
+            "enqueued_at",
+            postgresql_where=text(IN_FLIGHT_SQL),
+            sqlite_where=text(IN_FLIGHT_SQL),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -103,6 +130,11 @@ class Item(Base):
     )
     # claim | question | sentence | investigation | result | compare
     stage: Mapped[str] = mapped_column(String(16))
+    # The upstream endpoint of the item's first call (decisions | agent | search): with the job's key it
+    # names the rate-limit scope the scheduler dispatches the item in.
+    endpoint: Mapped[str] = mapped_column(String(16), default="decisions", server_default="decisions")
+    # The scope it was dispatched in ("<key fingerprint>:<endpoint>"), set with `enqueued_at`.
+    scope: Mapped[str | None] = mapped_column(String(48), default=None)
     position: Mapped[int] = mapped_column(Integer)
     custom_id: Mapped[str] = mapped_column(String(200))
     mode: Mapped[str] = mapped_column(String(16), default="")
@@ -127,7 +159,12 @@ class ApiCall(Base):
     """One HTTP attempt upstream. Support looks calls up by `request_id` (the upstream `x-request-id`)."""
 
     __tablename__ = "api_calls"
-    __table_args__ = (Index("ix_api_calls_job", "job_id"), Index("ix_api_calls_item", "item_id"))
+    __table_args__ = (
+        Index("ix_api_calls_job", "job_id"),
+        Index("ix_api_calls_item", "item_id"),
+        # Recent calls by time: observed latency for the scheduler, windows for /metrics.
+        Index("ix_api_calls_created", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))

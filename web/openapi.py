@@ -159,6 +159,14 @@ SCHEMAS: dict[str, Any] = {
             },
             "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
             "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
+            "priority": {
+                "type": "string",
+                "enum": ["interactive", "batch"],
+                "default": "batch",
+                "description": "`interactive` work goes first within the tenant's share of the upstream "
+                "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
+                "submit as interactive.",
+            },
             "budget_usd": {
                 "type": ["number", "null"],
                 "exclusiveMinimum": 0,
@@ -197,6 +205,14 @@ SCHEMAS: dict[str, Any] = {
                 "description": "The Decisions model that scores sentences / ranks results. The default is "
                 f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
                 "every report notes that the cutoffs were not measured on the model the job used.",
+            },
+            "priority": {
+                "type": "string",
+                "enum": ["interactive", "batch"],
+                "default": "batch",
+                "description": "`interactive` work goes first within the tenant's share of the upstream "
+                "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
+                "submit as interactive.",
             },
             "budget_usd": {
                 "type": ["number", "null"],
@@ -285,6 +301,26 @@ SCHEMAS: dict[str, Any] = {
             "simulated_note": {
                 "type": "string",
                 "description": "Only when simulated: results come from the bundled simulator.",
+            },
+            "priority": {"type": "string", "enum": ["interactive", "batch"]},
+            "schedule": {
+                "type": ["object", "null"],
+                "description": "While the job is queued or running, the scheduler's view, refreshed every "
+                "few seconds: `state` (waiting | running), `endpoint` (the scope its work waits in), `share` "
+                "(its fraction of that scope's rate limit), `rate_per_s`, `remaining` items, `eta_s`, "
+                "`estimated_completion_at`, `estimated_start_at` (before its first item is sent), "
+                "`updated_at`. Null once the job has ended.",
+                "properties": {
+                    "state": {"type": "string"},
+                    "endpoint": {"type": ["string", "null"]},
+                    "share": {"type": "number"},
+                    "rate_per_s": {"type": "number"},
+                    "remaining": {"type": "integer"},
+                    "eta_s": {"type": ["number", "null"]},
+                    "estimated_completion_at": {"type": ["string", "null"], "format": "date-time"},
+                    "estimated_start_at": {"type": ["string", "null"], "format": "date-time"},
+                    "updated_at": {"type": "string", "format": "date-time"},
+                },
             },
             "error": {"type": ["string", "null"]},
             "summary": {
@@ -488,6 +524,12 @@ NDJSON_QUERY_PARAMS = [
         "in": "query",
         "description": "claims, answer and quote option (NDJSON only)",
         "schema": {"type": "number", "exclusiveMinimum": 0},
+    },
+    {
+        "name": "priority",
+        "in": "query",
+        "description": "claims, answer and quote option (NDJSON only): interactive or batch (default)",
+        "schema": {"type": "string", "enum": ["interactive", "batch"]},
     },
     {
         "name": "metadata",

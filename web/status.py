@@ -29,6 +29,7 @@ TIMESTAMP_FIELDS = (
     "failed_at",
 )
 ENDED_STATUSES = ("completed", "cancelled", "failed")
+LIVE_STATUSES = ("queued", "in_progress")
 
 
 def iso(value: datetime | None) -> str | None:
@@ -74,6 +75,9 @@ def status_object(session: Session, job: Job) -> dict[str, Any]:
         "cost_usd": usage.get("cost_usd", 0.0),
         "timestamps": {name: iso(getattr(job, name)) for name in TIMESTAMP_FIELDS},
         "simulated": bool(job.simulated),
+        "priority": job.priority,
+        # The scheduler's view while the job is live: its share of the upstream, rate, ETA (null otherwise).
+        "schedule": job.schedule if job.status in LIVE_STATUSES else None,
         "error": job.error,
         # Written when the job is finalized (completed, or cancelled with partial totals); null before.
         "summary": job.summary,

@@ -29,10 +29,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "accept_content": ["json"],
         "timezone": "UTC",
         "enable_utc": True,
-        # At-least-once delivery: a message is acked only after the task ran, and a task lost with
-        # its worker is redelivered. Item tasks are idempotent (conditional claims), so that is safe.
-        "task_acks_late": True,
-        "task_reject_on_worker_lost": True,
+        # Messages are acknowledged when their task starts. Redelivery is the database's job: a task
+        # lost with its worker leaves a lease that expires, a message lost before it started leaves a
+        # stale dispatch, and both are sent again (item tasks are idempotent: conditional claims). Late
+        # acks would add nothing here — Redis only redelivers after the visibility timeout — and they
+        # put an acknowledgement on every task's way out, which kombu flushes onto a dead connection when
+        # Redis goes away, leaving the consumer unable to reconnect (seen in the Redis-outage test).
+        "task_acks_late": False,
         "worker_prefetch_multiplier": 1,
         "worker_concurrency": settings.worker_concurrency,
         "worker_pool": "threads",
@@ -78,7 +81,10 @@ def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
     app.conf.update(celery_config(settings))
     app.conf.factgate_settings = settings
     if with_tasks:
+        from workers.bootsteps import DispatcherStep  # noqa: PLC0415 - workers only; producers skip it
+
         app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
+        app.steps["worker"].add(DispatcherStep)
     return app
 
 

@@ -26,7 +26,7 @@ from celery.worker import WorkController
 from celery.worker import state as worker_state
 
 from config import Settings
-from jobs.dispatch import forget_stale_dispatches
+from jobs.scheduling import forget_stale_dispatches
 from jobs.sweeper import live_job_ids
 from models import session_scope
 from workers.app import make_celery
@@ -139,8 +139,7 @@ class EmbeddedWorker:
         ctx = get_context(self.app)
         with session_scope(ctx.sessions) as session:
             live = live_job_ids(session)
-            for job_id in live:
-                forget_stale_dispatches(session, job_id, 0.0)
+            forget_stale_dispatches(session, 0.0)
         if live:
             # Only then: on SQLite, create_job's savepoint commits the job row before its items,
             # and a sweep landing in between would finalize the job empty.

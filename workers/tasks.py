@@ -1,9 +1,9 @@
 """Celery tasks. Thin: load ids, call a handler (workers/) and jobs/ for every state change.
 
-Fan-out goes in windows of bounded chords: `start_job` enqueues the first windows, and each chord's
-body (`after_window`) finalizes the job if every item is terminal, otherwise enqueues the next
-window. Nothing here is the source of truth: if Redis loses a message or a chord counter, the
-sweeper re-dispatches from the database.
+Which items run, and when, is decided by the dispatcher (workers/dispatcher.py): it sends each job's
+picks as a small chord of `run_item` tasks whose body, `after_window`, moves the job's questions on and
+finalizes the job once every item is settled. Nothing here is the source of truth: if Redis loses a
+message or a chord counter, the dispatcher and the sweeper carry on from the database.
 """
 
 from __future__ import annotations
@@ -11,19 +11,20 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 
-from celery import chord, current_app, shared_task
+from celery import current_app, shared_task
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from config.logging import bind
-from jobs.dispatch import forget_stale_dispatches, in_flight, mark_started, next_window
 from jobs.finalize import maybe_finalize
 from jobs.flows import Step, advance_question, stalled_questions
 from jobs.items import Exhausted, claim_item, fail_item, finish_item, release_item, skip_item
 from jobs.records import ClaimedItem
+from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.sweeper import expire_leases, live_job_ids
 from models import session_scope, utcnow
 from workers.answers import handle_answer_question, handle_investigation, handle_sentence
@@ -37,7 +38,6 @@ from workers.quotes import handle_compare, handle_quote_question, handle_result
 
 log = logging.getLogger("factgate.workers")
 
-INITIAL_WINDOWS = 2
 MAX_BACKOFF_S = 60.0
 INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
 SETTLE_PATIENCE_S = 30.0
@@ -58,34 +58,16 @@ def _ctx() -> WorkerContext:
     return get_context(current_app)
 
 
-def dispatch(ctx: WorkerContext, job_id: uuid.UUID, windows: int) -> int:
-    """Enqueue up to `windows` chords of the job's next undispatched items; returns items enqueued."""
-    sent = 0
-    for _ in range(windows):
-        with session_scope(ctx.sessions) as session:
-            ids = next_window(session, job_id, ctx.settings.chord_size)
-        if not ids:
-            break
-        chord(run_item.si(i) for i in ids)(after_window.si(str(job_id)))
-        sent += len(ids)
-    return sent
-
-
-def send_children(ctx: WorkerContext, question_id: int, child_ids: list[int]) -> None:
-    """Chords of a question's new children whose body moves the question on again."""
-    size = max(1, ctx.settings.chord_size)
-    for start in range(0, len(child_ids), size):
-        chunk = child_ids[start : start + size]
-        chord(run_item.si(i) for i in chunk)(advance_question_task.si(question_id))
+def _finalize(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
+    with session_scope(ctx.sessions) as session:
+        return maybe_finalize(session, job_id)
 
 
 def _follow(ctx: WorkerContext, step: Step) -> None:
-    """After an advance committed: send its children, or try to finalize once a report was built."""
-    if step.spawned:
-        send_children(ctx, step.question_id, step.spawned)
+    """After an advance committed: its children are pending and the dispatcher sends them; once a report
+    was built the job may be finished."""
     if step.reported and step.job_id is not None:
-        with session_scope(ctx.sessions) as session:
-            maybe_finalize(session, step.job_id)
+        _finalize(ctx, step.job_id)
 
 
 def _advance_nested(session: Session, question_id: int) -> Step | None:
@@ -99,6 +81,15 @@ def _advance_nested(session: Session, question_id: int) -> Step | None:
         return None
 
 
+def _advance(ctx: WorkerContext, question_id: int) -> Step | None:
+    try:
+        with session_scope(ctx.sessions) as session:
+            return advance_question(session, question_id)
+    except SQLAlchemyError:
+        log.exception("advancing question %s failed; the sweeper will retry", question_id)
+        return None
+
+
 def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
     """Advance every question that waits with all its children settled (a lost chord body, a flushed
     Redis, a retry). True when some report was built."""
@@ -106,56 +97,31 @@ def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
         waiting = stalled_questions(session, job_id)
     reported = False
     for question_id in waiting:
-        try:
-            with session_scope(ctx.sessions) as session:
-                step = advance_question(session, question_id)
-        except SQLAlchemyError:
-            log.exception("advancing question %s failed; the sweeper will retry", question_id)
-            continue
-        if step.spawned:
-            send_children(ctx, question_id, step.spawned)
-        reported = reported or step.reported
+        step = _advance(ctx, question_id)
+        reported = reported or (step is not None and step.reported)
     return reported
-
-
-@shared_task(name="factgate.advance_question", ignore_result=True)
-def advance_question_task(question_id: int) -> None:
-    """Chord body of a question's children: next stage, or the report (and maybe the job's end)."""
-    ctx = _ctx()
-    try:
-        with session_scope(ctx.sessions) as session:
-            step = advance_question(session, question_id)
-    except SQLAlchemyError:
-        log.exception("advancing question %s failed; the sweeper will retry", question_id)
-        return
-    _follow(ctx, step)
 
 
 @shared_task(name="factgate.start_job", ignore_result=True)
 def start_job(job_id: str) -> None:
-    """Mark the job started and enqueue its first windows (never inside the HTTP request)."""
+    """A job was stored: mark it started. The dispatcher sends its items in its fair order; a job with
+    nothing to send (every item already settled) is finalized here."""
     ctx = _ctx()
     jid = uuid.UUID(job_id)
     with session_scope(ctx.sessions) as session:
-        mark_started(session, jid)
-    if not dispatch(ctx, jid, INITIAL_WINDOWS):
-        with session_scope(ctx.sessions) as session:
-            maybe_finalize(session, jid)
+        mark_started(session, [jid])
+    _finalize(ctx, jid)
 
 
 @shared_task(name="factgate.after_window", ignore_result=True)
-def after_window(job_id: str) -> None:
-    """A chord closed: finalize if everything is terminal, else keep the pipeline full."""
+def after_window(job_id: str, question_ids: Sequence[int] = ()) -> None:
+    """A window's chord closed: move its questions on (next stage or report), finalize if all is settled."""
     ctx = _ctx()
-    jid = uuid.UUID(job_id)
-    with session_scope(ctx.sessions) as session:
-        if maybe_finalize(session, jid):
-            return
-    if advance_stalled(ctx, jid):
-        with session_scope(ctx.sessions) as session:
-            if maybe_finalize(session, jid):
-                return
-    dispatch(ctx, jid, 1)
+    for question_id in question_ids:
+        step = _advance(ctx, int(question_id))
+        if step is not None and step.reported:
+            break  # the finalize below covers it
+    _finalize(ctx, uuid.UUID(job_id))
 
 
 def _backoff_s(token: int) -> float:
@@ -286,28 +252,18 @@ def run_item(item_id: int) -> None:
 
 @shared_task(name="factgate.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
-    """Beat task: re-drive expired leases and lost messages, finalize finished jobs."""
+    """Beat task: expired leases back to pending, lost dispatches forgotten (the dispatcher sends them
+    again), stalled questions moved on, finished jobs finalized."""
     ctx = _ctx()
-    stale_s = float(ctx.settings.lease_s)
     with session_scope(ctx.sessions) as session:
         expired = expire_leases(session)
+        forgotten = forget_stale_dispatches(session, ctx.settings.dispatch_stale_s)
         jobs = live_job_ids(session)
-    redispatched = finalized = 0
+    finalized = 0
     for jid in jobs:
-        with session_scope(ctx.sessions) as session:
-            forget_stale_dispatches(session, jid, stale_s)
-            if maybe_finalize(session, jid):
-                finalized += 1
-                continue
-        if advance_stalled(ctx, jid):
-            with session_scope(ctx.sessions) as session:
-                if maybe_finalize(session, jid):
-                    finalized += 1
-                    continue
-        with session_scope(ctx.sessions) as session:
-            busy = in_flight(session, jid)
-        if busy == 0:
-            with session_scope(ctx.sessions) as session:
-                mark_started(session, jid)  # a lost start_job message leaves the job queued
-            redispatched += dispatch(ctx, jid, INITIAL_WINDOWS)
-    return {"expired": expired, "redispatched": redispatched, "finalized": finalized, "live": len(jobs)}
+        if _finalize(ctx, jid):
+            finalized += 1
+            continue
+        if advance_stalled(ctx, jid) and _finalize(ctx, jid):
+            finalized += 1
+    return {"expired": expired, "forgotten": forgotten, "finalized": finalized, "live": len(jobs)}

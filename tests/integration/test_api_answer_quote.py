@@ -166,7 +166,7 @@ def test_json_intake_creates_one_question_item_per_row(web: WebEnv, caller: Call
     assert resp.status_code == 202, resp.get_json()
     body = resp.get_json()
     assert body["kind"] == kind and body["request_counts"]["total"] == 2
-    assert body["options"] == {"model": "pplx-decider-flash-latest", "budget_usd": None}
+    assert body["options"] == {"model": "pplx-decider-flash-latest", "budget_usd": None, "priority": "batch"}
     items = items_of(web, body["id"])
     assert [(i.stage, i.custom_id, i.parent_id) for i in items] == [
         ("question", "q1", None),
@@ -182,7 +182,11 @@ def test_question_jobs_default_to_the_model_their_cutoffs_were_measured_on(
 ) -> None:
     resp = post(web, caller, {"kind": kind, "items": QUESTIONS})
     assert resp.status_code == 202, resp.get_json()
-    assert resp.get_json()["options"] == {"model": "pplx-decider-v1.1-27b", "budget_usd": None}
+    assert resp.get_json()["options"] == {
+        "model": "pplx-decider-v1.1-27b",
+        "budget_usd": None,
+        "priority": "batch",
+    }
     claims = post(web, caller, {"kind": "claims", "items": [{"id": "c", "claim": "Water is wet."}]})
     assert claims.get_json()["options"]["model"] == "pplx-decider-latest"  # claims keep their default
 
@@ -194,7 +198,11 @@ def test_ndjson_intake_takes_options_from_the_query(web: WebEnv, caller: Caller)
         headers=caller.ndjson_headers(),
     )
     assert resp.status_code == 202, resp.get_json()
-    assert resp.get_json()["options"] == {"model": "pplx-decider-v1.2", "budget_usd": 0.5}
+    assert resp.get_json()["options"] == {
+        "model": "pplx-decider-v1.2",
+        "budget_usd": 0.5,
+        "priority": "batch",
+    }
 
 
 @pytest.mark.parametrize(
@@ -256,14 +264,16 @@ def test_answer_stages_report_retry_and_export(web: WebEnv, caller: Caller) -> N
         "request_ids": ["agent-1"],
     }
     step = settle(web, question.id, output, request_id="agent-1")
-    # The sentences exist the moment the question is done, already marked as sent.
+    # The sentences exist the moment the question is done, pending: the scheduler sends them, to the
+    # Decisions scope, while the question itself went to the Agent scope.
+    assert question.endpoint == "agent"
     assert step is not None and len(step.spawned) == 2 and not step.reported
     children = [i for i in items_of(web, job_id) if i.parent_id == question.id]
     assert [(c.stage, c.custom_id, c.status) for c in children] == [
         ("sentence", "q1:s1", "pending"),
         ("sentence", "q1:s2", "pending"),
     ]
-    assert all(c.enqueued_at is not None for c in children)
+    assert all(c.enqueued_at is None and c.endpoint == "decisions" for c in children)
     assert children[0].input["passages"] == {"1": RESULTS[0]["snippet"]}
     assert not finalize(web, job_id)
 

@@ -85,7 +85,9 @@ def test_json_submission_creates_job_items_and_enqueues_start(web: WebEnv, calle
         "supported_min": 0.8,
         "contradicted_max": 0.2,
         "budget_usd": 2.0,
+        "priority": "batch",
     }
+    assert body["priority"] == "batch"
     assert body["metadata"] == {"project": "q3-review", "owner": {"team": "facts"}}
     assert body["request_counts"] == {
         "total": 6,
@@ -124,6 +126,7 @@ def test_ndjson_submission_reads_options_and_metadata_from_query(web: WebEnv, ca
             "supported_min": "0.9",
             "contradicted_max": "0.1",
             "budget_usd": "0.5",
+            "priority": "interactive",
             "metadata": meta,
         },
         data=body,
@@ -137,7 +140,9 @@ def test_ndjson_submission_reads_options_and_metadata_from_query(web: WebEnv, ca
         "supported_min": 0.9,
         "contradicted_max": 0.1,
         "budget_usd": 0.5,
+        "priority": "interactive",
     }
+    assert status["priority"] == "interactive"
     assert status["metadata"] == {"batch": 7}
     assert [(i.custom_id, i.mode) for i in web.items(status["id"])] == [(r["id"], "ungrounded") for r in ROWS]
     assert web.started_job_ids() == [status["id"]]

@@ -12,7 +12,6 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from jobs.dispatch import next_window
 from jobs.intake import UnitSpec, create_job, dedupe_key
 from jobs.items import (
     Exhausted,
@@ -24,6 +23,7 @@ from jobs.items import (
     release_item,
 )
 from jobs.records import CallRow, ClaimedItem
+from jobs.scheduling import ready_items
 from jobs.sweeper import expire_leases
 from jobs.tenancy import get_or_create_tenant
 from models import ApiCall, Item, utcnow
@@ -109,12 +109,12 @@ def test_expired_leases_count_as_tries(db: Session) -> None:
 def test_a_released_item_waits_for_its_time(db: Session) -> None:
     (item_id,) = _job(db, ["d claim"])
     job_id = db.get(Item, item_id).job_id  # type: ignore[union-attr]
-    assert next_window(db, job_id, 10) == [item_id]
+    assert [r.id for r in ready_items(db, [job_id], "decisions", 10)[job_id]] == [item_id]
     held = _claim(db, item_id)
     release_item(db, held, "503", [_call(1, 503, "x")], retry_at=utcnow() + timedelta(minutes=5))
-    assert next_window(db, job_id, 10) == []  # not due yet
+    assert ready_items(db, [job_id], "decisions", 10) == {}  # not due yet
     db.execute(update(Item).where(Item.id == item_id).values(not_before=utcnow() - timedelta(seconds=1)))
-    assert next_window(db, job_id, 10) == [item_id]
+    assert [r.id for r in ready_items(db, [job_id], "decisions", 10)[job_id]] == [item_id]
 
 
 def test_heartbeat_extends_only_leases_still_held(db: Session) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -132,7 +133,11 @@ def test_units_are_one_question_item_per_row_with_the_kind() -> None:
 def test_answer_and_quote_default_to_the_model_their_cutoffs_were_measured_on() -> None:
     # docs/spec.md §7.2-§7.3: the cutoffs and recorded outcomes are from pplx-decider-v1.1-27b.
     assert CUTOFFS_MODEL == "pplx-decider-v1.1-27b" != DEFAULT_MODEL
-    assert parse_questions_options(None).as_dict() == {"model": CUTOFFS_MODEL, "budget_usd": None}
+    assert parse_questions_options(None).as_dict() == {
+        "model": CUTOFFS_MODEL,
+        "budget_usd": None,
+        "priority": "batch",
+    }
     assert parse_questions_options({"model": ""}).model == CUTOFFS_MODEL
     assert QuestionsOptions().model == CUTOFFS_MODEL
     assert cutoffs_model_note(CUTOFFS_MODEL) is None
@@ -160,3 +165,12 @@ def test_options_model_and_budget() -> None:
         with pytest.raises(OptionsError) as info:
             parse_questions_options(raw)
         assert info.value.field == field
+
+
+@pytest.mark.parametrize("parse", [parse_questions_options, parse_claims_options])
+def test_priority_is_interactive_or_batch_and_defaults_to_batch(parse: Any) -> None:
+    assert parse({}).priority == "batch"
+    assert parse({"priority": "interactive"}).priority == "interactive"
+    with pytest.raises(OptionsError) as info:
+        parse({"priority": "urgent"})
+    assert info.value.field == "priority" and "interactive, batch" in info.value.message

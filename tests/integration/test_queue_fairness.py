@@ -1,0 +1,192 @@
+"""The scheduler against real Redis, Postgres, `celery worker` processes and a rate-limited simulator.
+
+What a user sees: a small job of another tenant does not wait for a big job's backlog; tenants with weights
+1:1:2 share a saturated scope 25/25/50; interactive work of a tenant overtakes its own batch; a cancel stops
+new work at once (only what was already in flight finishes); a slow Agent scope does not hold back
+Decisions work. No timing asserts: every check is an order or a count in the database.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from jobs.control import cancel_job
+from jobs.tenancy import get_or_create_tenant, set_tenant
+from models import ApiCall, Item, Job, session_scope
+from models.db import make_session_factory
+from simulator.config import SimConfig
+from simulator.server import run_in_thread
+from tests.integration.stack import Stack, fresh_database, running_stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RATE = 20  # requests/s, the simulator's limit and ours
+# Items a scope may hold in flight before any latency is observed (rate × (1 s default + 0.5 s lead) + 2):
+# calls already dispatched when a new job arrives, which run before the new job's first fair turn.
+PIPELINE = 32
+
+
+def _claims(n: int, prefix: str) -> list[dict[str, Any]]:
+    return [
+        {"id": f"{prefix}{i}", "claim": f"{prefix} claim number {i} about Rust 1.0 in May 2015."}
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    with (
+        fresh_database() as (url, engine),
+        run_in_thread(SimConfig(decisions_rps=RATE, agent_rps=1, search_rps=0, latency_s=0.05)) as sim,
+        running_stack(
+            url, engine, sim.base_url, tmp_path, FACTGATE_DECISIONS_RPS=str(RATE), FACTGATE_AGENT_RPS="1"
+        ) as st,
+    ):
+        st.start_worker(concurrency=8)
+        yield st
+
+
+def _calls_in_order(engine: Engine) -> list[uuid.UUID]:
+    """The job of every upstream attempt, in the order they were recorded."""
+    with Session(engine) as s:
+        return [jid for (jid,) in s.execute(select(ApiCall.job_id).order_by(ApiCall.id))]
+
+
+def _wait_calls(stack: Stack, job_id: uuid.UUID, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with Session(stack.engine) as s:
+            if (s.scalar(select(func.count()).where(ApiCall.job_id == job_id)) or 0) >= n:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"job {job_id} made fewer than {n} calls")
+
+
+def _wait_order(stack: Stack, n: int) -> list[uuid.UUID]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        order = _calls_in_order(stack.engine)
+        if len(order) >= n:
+            return order
+        time.sleep(0.1)
+    raise TimeoutError(f"fewer than {n} calls")
+
+
+def test_a_small_job_of_another_tenant_does_not_wait_for_a_big_backlog(stack: Stack) -> None:
+    big = stack.submit_claims(_claims(300, "big"), {"mode": "ungrounded"}, tenant="nightly")
+    _wait_calls(stack, big, 20)  # the big job holds the scope
+    small = stack.submit_claims(_claims(10, "small"), {"mode": "ungrounded"}, tenant="cli-user")
+    done_small = stack.wait_job(small, timeout=60)
+    with Session(stack.engine) as s:
+        big_left = s.scalar(select(func.count()).where(Item.job_id == big, Item.status == "pending")) or 0
+        big_status = s.scalar(select(Job.status).where(Job.id == big))
+    assert done_small.status == "completed"
+    assert big_status == "in_progress" and big_left > 100  # the small job did not wait for the backlog
+    # It took every other freed slot (two tenants, equal weights): its 10 calls lie within the calls already
+    # in flight when it arrived plus twice its own size.
+    order = _calls_in_order(stack.engine)
+    mine = [n for n, job in enumerate(order) if job == small]
+    assert len(mine) == 10 and mine[-1] - mine[0] <= PIPELINE + 2 * 10 + 4, mine
+    stack.wait_job(big, timeout=120)
+
+
+def test_weights_1_1_2_share_a_saturated_scope_25_25_50(stack: Stack) -> None:
+    factory = make_session_factory(stack.engine)
+    with session_scope(factory) as s:
+        for name, weight in (("light-a", 1.0), ("light-b", 1.0), ("heavy", 2.0)):
+            get_or_create_tenant(s, name)
+            set_tenant(s, name, weight=weight)
+    jobs = {
+        name: stack.submit_claims(_claims(120, name), {"mode": "ungrounded"}, tenant=name)
+        for name in ("light-a", "light-b", "heavy")
+    }
+    for job_id in jobs.values():
+        _wait_calls(stack, job_id, 1)
+    # From the moment all three run, past what was already in flight, while all three are backlogged.
+    start = max(_calls_in_order(stack.engine).index(j) for j in jobs.values()) + PIPELINE
+    order = _wait_order(stack, start + 120)
+    window = order[start : start + 120]
+    counts = Counter(window)
+    shares = {name: counts[job_id] / len(window) for name, job_id in jobs.items()}
+    print(f"\nshares over {len(window)} calls: {shares}")
+    assert abs(shares["light-a"] - 0.25) <= 0.10 and abs(shares["light-b"] - 0.25) <= 0.10
+    assert abs(shares["heavy"] - 0.50) <= 0.10
+    for job_id in jobs.values():
+        assert stack.wait_job(job_id, timeout=120).status == "completed"
+
+
+def test_interactive_work_overtakes_its_own_tenants_batch(stack: Stack) -> None:
+    batch = stack.submit_claims(_claims(200, "batch"), {"mode": "ungrounded"}, tenant="acme")
+    _wait_calls(stack, batch, 10)
+    interactive = stack.submit_claims(
+        _claims(20, "now"), {"mode": "ungrounded", "priority": "interactive"}, tenant="acme"
+    )
+    assert stack.wait_job(interactive, timeout=60).status == "completed"
+    # Interactive took ~9 of every 10 of the tenant's freed slots: its 20 calls lie within what was in flight
+    # when it arrived plus 20 / 0.9; batch still got the odd slot.
+    order = _calls_in_order(stack.engine)
+    mine = [n for n, job in enumerate(order) if job == interactive]
+    span = order[mine[0] : mine[-1] + 1]
+    assert len(mine) == 20 and len(span) <= PIPELINE + 23 + 4, Counter(span)
+    assert span.count(batch) >= 1  # batch is slowed, never starved
+    with Session(stack.engine) as s:
+        assert s.scalar(select(Job.status).where(Job.id == batch)) == "in_progress"
+    stack.wait_job(batch, timeout=120)
+
+
+def test_cancel_stops_new_work_and_only_what_was_in_flight_finishes(stack: Stack) -> None:
+    job_id = stack.submit_claims(_claims(300, "cancel"), {"mode": "ungrounded"})
+    _wait_calls(stack, job_id, 30)
+    factory = make_session_factory(stack.engine)
+    with session_scope(factory) as s:
+        in_flight = (
+            s.scalar(
+                select(func.count()).where(
+                    Item.job_id == job_id,
+                    Item.status.in_(("pending", "running")),
+                    Item.enqueued_at.is_not(None),
+                )
+            )
+            or 0
+        )
+        calls_at_cancel = s.scalar(select(func.count()).where(ApiCall.job_id == job_id)) or 0
+        job = s.get(Job, job_id)
+        assert job is not None and cancel_job(s, job)
+    ended = stack.wait_job(job_id, timeout=60)
+    with Session(stack.engine) as s:
+        calls_after = (s.scalar(select(func.count()).where(ApiCall.job_id == job_id)) or 0) - calls_at_cancel
+        statuses = Counter(st for (st,) in s.execute(select(Item.status).where(Item.job_id == job_id)))
+    assert ended.status == "cancelled"
+    # The broker held only the scope's few in-flight items: nothing else started after the cancel.
+    assert calls_after <= in_flight, (calls_after, in_flight)
+    assert in_flight <= 20  # bounded by the scope's target, not by a window of hundreds
+    assert statuses["skipped"] >= 300 - calls_at_cancel - in_flight
+
+
+def test_a_slow_agent_scope_does_not_hold_back_decisions_work(stack: Stack) -> None:
+    """Answer questions wait for the Agent scope (1/s here); a claims job beside them runs at its own rate."""
+    answer = stack.submit_answer(
+        [{"id": f"q{i}", "question": "How deep is the Mariana Trench?"} for i in range(8)]
+    )
+    claims = stack.submit_claims(_claims(80, "beside"), {"mode": "ungrounded"}, tenant="acme")
+    assert stack.wait_job(claims, timeout=60).status == "completed"
+    with Session(stack.engine) as s:
+        waiting = (
+            s.scalar(
+                select(func.count()).where(
+                    Item.job_id == answer, Item.stage == "question", Item.status == "pending"
+                )
+            )
+            or 0
+        )
+    assert waiting >= 1  # the Agent scope is still working through its questions
+    assert stack.wait_job(answer, timeout=120).status == "completed"
