@@ -209,6 +209,7 @@ def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: s
         "PERPLEXITY_API_BASE": sim_url,
         "FACTGATE_SWEEP_INTERVAL_S": "1",
         "FACTGATE_LEASE_S": "20",
+        "FACTGATE_DISPATCH_STALE_S": "10",
         "FACTGATE_MAX_ITEM_ATTEMPTS": "3",
         "FACTGATE_HTTP_TIMEOUT_S": "5",
         "FACTGATE_CHORD_SIZE": "10",
