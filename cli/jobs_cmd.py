@@ -46,6 +46,22 @@ def status_line(job: dict[str, Any]) -> str:
     return line
 
 
+def schedule_line(job: dict[str, Any]) -> str | None:
+    """Where a live job stands with the scheduler: why it waits, or its share and ETA (None once ended)."""
+    view = job.get("schedule") or {}
+    if not view:
+        return None
+    if view.get("state") == "held":
+        reason, resumes = view.get("held_reason"), view.get("resumes_at")
+        return f"held: {reason}; resumes at {resumes} or when the budget is raised"
+    eta = view.get("eta_s")
+    eta_text = f", about {float(eta):.0f} s left" if isinstance(eta, int | float) else ""
+    return (
+        f"scheduler: {float(view.get('share') or 0) * 100:.0f} % of the {view.get('endpoint') or 'upstream'} "
+        f"rate limit, {float(view.get('rate_per_s') or 0):.1f} items/s{eta_text}"
+    )
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--kind", type=click.Choice(KINDS), default="claims", show_default=True)
@@ -115,6 +131,9 @@ def status(job_id: str, as_json: bool, server: str | None, token: str | None) ->
         click.echo(json.dumps(job, indent=2))
         return
     click.echo(status_line(job))
+    scheduled = schedule_line(job)
+    if scheduled:
+        click.echo(scheduled)
     for warning in job.get("warnings") or []:
         click.echo(f"warning: {warning}")
     if job.get("error"):

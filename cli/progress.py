@@ -90,11 +90,12 @@ def wait_for_job(
             job = fetch()
             done, total = finished_count(job)
             schedule = job.get("schedule") or {}
+            held = " held (budget spent)" if schedule.get("state") == "held" else ""
             progress.update(
                 task,
                 total=total or None,
                 completed=done,
-                description=f"{label} {job.get('status', '')}",
+                description=f"{label} {job.get('status', '')}{held}",
                 eta_s=schedule.get("eta_s"),
             )
             if job.get("status") in ENDED:

@@ -1,26 +1,63 @@
-"""`factgate tenants list | show NAME | set NAME [--weight W]`: how each tenant may use the upstream."""
+"""`factgate tenants list | show NAME | set NAME [...]`: how each tenant may use the upstream.
+
+Weight (its share of every upstream scope), quotas (items per job, live jobs), daily and monthly budgets,
+and an optional own upstream key — read from a file, never from the command line (which would leave it in
+shell history and the process list), stored encrypted and never shown again.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import click
 
 from cli.db_cmd import cli_sessions
 from cli.errors import InputError
 
+NONE_WORDS = ("none", "off", "unlimited")
 
-def _line(info: object) -> str:
-    from jobs.tenancy import TenantInfo
 
-    assert isinstance(info, TenantInfo)
+def _limit(kind: type[int] | type[float]) -> Any:
+    """A click converter: a number, or `none` to remove the limit."""
+
+    class Limit(click.ParamType):  # type: ignore[type-arg]
+        name = "number|none"
+
+        def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, int | float) or value is None:
+                return value
+            text = str(value).strip().lower()
+            if text in NONE_WORDS:
+                return None
+            try:
+                return kind(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a number (or `none` for no limit)", param, ctx)
+
+    return Limit()
+
+
+def _money(value: float | None) -> str:
+    return "none" if value is None else f"${value:,.2f}"
+
+
+def _count(value: int | None) -> str:
+    return "none" if value is None else f"{value:,}"
+
+
+def _line(info: Any) -> str:
+    key = f"own key {info.upstream_key_fingerprint}" if info.upstream_key_fingerprint else "operator key"
     return (
-        f"{info.name:24}  weight {info.weight:g}  tokens {info.tokens}  live jobs {info.live_jobs}  "
-        f"since {info.created_at:%Y-%m-%d}"
+        f"{info.name:24}  weight {info.weight:g}  items/job {_count(info.max_items_per_job)}  "
+        f"live jobs {info.live_jobs}/{_count(info.max_active_jobs)}  day {_money(info.daily_budget_usd)}  "
+        f"month {_money(info.monthly_budget_usd)}  {key}"
     )
 
 
 @click.group()
 def tenants() -> None:
-    """Tenants: their weight in the fair share of the upstream (created by `tokens create`)."""
+    """Tenants: weight in the fair share of the upstream, quotas, budgets, own upstream key."""
 
 
 @tenants.command("list")
@@ -40,41 +77,146 @@ def tenants_list() -> None:
 @tenants.command("show")
 @click.argument("name")
 def tenants_show(name: str) -> None:
-    """One tenant's settings."""
+    """One tenant's settings, with what it has spent today and this month."""
+    from jobs.quotas import day_start, month_start, spend_since
     from jobs.tenancy import TenantNotFoundError, tenant_info
-    from models import session_scope
+    from models import session_scope, utcnow
 
+    now = utcnow()
     try:
         with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
             info = tenant_info(session, name)
+            today = spend_since(session, info.id, day_start(now))
+            month = spend_since(session, info.id, month_start(now))
     except TenantNotFoundError as exc:
         raise InputError(str(exc)) from None
-    click.echo(f"tenant   {info.name} ({info.id})")
-    click.echo(f"weight   {info.weight:g}  (share of each upstream scope against other tenants with work)")
-    click.echo(f"tokens   {info.tokens} active")
-    click.echo(f"jobs     {info.live_jobs} live")
+    click.echo(f"tenant              {info.name} ({info.id})")
+    click.echo(f"weight              {info.weight:g}  (share of each upstream scope against other tenants)")
+    click.echo(f"max items per job   {_count(info.max_items_per_job)}")
+    click.echo(f"max active jobs     {_count(info.max_active_jobs)}  ({info.live_jobs} live now)")
+    click.echo(f"daily budget        {_money(info.daily_budget_usd)}  (spent today ${today:,.4f}, UTC)")
+    click.echo(f"monthly budget      {_money(info.monthly_budget_usd)}  (spent this month ${month:,.4f})")
+    if info.upstream_key_fingerprint:
+        click.echo(
+            f"upstream key        own key, fingerprint {info.upstream_key_fingerprint}, "
+            f"set {info.upstream_key_set_at:%Y-%m-%d %H:%M} UTC"
+        )
+    else:
+        click.echo("upstream key        the operator's (PERPLEXITY_API_KEY)")
+    click.echo(f"tokens              {info.tokens} active")
 
 
 @tenants.command("set")
 @click.argument("name")
+@click.option("--weight", type=float, default=None, help="Relative share of the upstream (default 1).")
 @click.option(
-    "--weight",
-    type=float,
+    "--max-items-per-job",
+    type=_limit(int),
     default=None,
-    help="Relative share of the upstream against other tenants with work (default 1; 2 = twice as much).",
+    help="Items per job (rows × modes); `none` removes it.",
 )
-def tenants_set(name: str, weight: float | None) -> None:
-    """Change NAME's settings; only the options given change."""
-    from jobs.tenancy import TenantNotFoundError, set_tenant
+@click.option(
+    "--max-active-jobs",
+    type=_limit(int),
+    default=None,
+    help="Queued or running jobs at once; `none` removes it.",
+)
+@click.option(
+    "--daily-budget-usd", type=_limit(float), default=None, help="Spend per UTC day; `none` removes it."
+)
+@click.option(
+    "--monthly-budget-usd", type=_limit(float), default=None, help="Spend per UTC month; `none` removes it."
+)
+@click.option(
+    "--upstream-key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding the tenant's own Perplexity API key (its jobs then use it, at its own rate limit).",
+)
+@click.option("--clear-upstream-key", is_flag=True, help="Go back to the operator's key.")
+@click.pass_context
+def tenants_set(  # noqa: PLR0917 - click passes every option positionally
+    ctx: click.Context,
+    name: str,
+    weight: float | None,
+    max_items_per_job: Any,
+    max_active_jobs: Any,
+    daily_budget_usd: Any,
+    monthly_budget_usd: Any,
+    upstream_key_file: Path | None,
+    clear_upstream_key: bool,
+) -> None:
+    """Change NAME's settings; only the options given change. A number limits, `none` removes a limit."""
+    from config import Settings
+    from jobs.keyring import KeyringError, keyring_for
+    from jobs.tenancy import UNSET, TenantNotFoundError, set_tenant
     from models import session_scope
 
-    if weight is None:
-        raise InputError("nothing to set: give --weight")
+    given = {
+        p.name
+        for p in ctx.command.params
+        if ctx.get_parameter_source(p.name or "") == click.core.ParameterSource.COMMANDLINE
+    }
+    changes: dict[str, Any] = {
+        name_: value if name_ in given else UNSET
+        for name_, value in (
+            ("max_items_per_job", max_items_per_job),
+            ("max_active_jobs", max_active_jobs),
+            ("daily_budget_usd", daily_budget_usd),
+            ("monthly_budget_usd", monthly_budget_usd),
+        )
+    }
+    if not given - {"name"}:
+        raise InputError("nothing to set: give --weight, a quota, a budget or an upstream key option")
+    if upstream_key_file is not None and clear_upstream_key:
+        raise InputError("give --upstream-key-file or --clear-upstream-key, not both")
+    key: str | None = None
+    keyring = None
+    if upstream_key_file is not None:
+        key = upstream_key_file.read_text(encoding="utf-8").strip()
+        try:
+            keyring = keyring_for(Settings.from_env())
+        except KeyringError as exc:
+            raise InputError(str(exc)) from None
     try:
         with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
-            info = set_tenant(session, name, weight=weight)
+            info = set_tenant(
+                session,
+                name,
+                weight=weight,
+                upstream_key=key,
+                clear_upstream_key=clear_upstream_key,
+                keyring=keyring,
+                **changes,
+            )
     except TenantNotFoundError as exc:
         raise InputError(str(exc)) from None
-    except ValueError as exc:
+    except (ValueError, KeyringError) as exc:
         raise InputError(str(exc)) from None
     click.echo(_line(info))
+    if key is not None:
+        click.echo(
+            f"upstream key stored encrypted (fingerprint {info.upstream_key_fingerprint}); "
+            "it is not shown again",
+            err=True,
+        )
+
+
+@tenants.command("rotate-keys")
+def tenants_rotate_keys() -> None:
+    """Re-encrypt every stored upstream key with the first of FACTGATE_ENCRYPTION_KEYS.
+
+    Rotation: put the new key first, run this, then drop the old key from the list.
+    """
+    from config import Settings
+    from jobs.keyring import KeyringError, keyring_for
+    from jobs.tenancy import rotate_tenant_keys
+    from models import session_scope
+
+    try:
+        keyring = keyring_for(Settings.from_env())
+        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+            n = rotate_tenant_keys(session, keyring)
+    except KeyringError as exc:
+        raise InputError(str(exc)) from None
+    click.echo(f"re-encrypted {n} upstream key(s) with the first key")

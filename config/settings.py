@@ -83,6 +83,9 @@ class Settings:
     # Web.
     secret_key: str | None = field(default=None, repr=False)
 
+    # Fernet keys that encrypt tenants' own upstream keys at rest; the first encrypts, all decrypt.
+    encryption_keys: tuple[str, ...] = field(default=(), repr=False)
+
     @property
     def embedded(self) -> bool:
         """True when neither a database nor a Redis URL is configured."""
@@ -143,4 +146,7 @@ class Settings:
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
             worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 16),
             secret_key=_str(e, "FACTGATE_SECRET_KEY"),
+            encryption_keys=tuple(
+                k.strip() for k in (_str(e, "FACTGATE_ENCRYPTION_KEYS") or "").split(",") if k.strip()
+            ),
         )

@@ -40,6 +40,8 @@ class LiveJob:
     priority: Priority
     order: int
     status: str
+    key_fingerprint: str | None = None  # the tenant's own upstream key; None: the operator's
+    budgeted: bool = False  # the tenant has a daily or monthly budget (the dispatcher checks its spend)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,15 @@ class Ready:
 def live_jobs(session: Session) -> list[LiveJob]:
     """Jobs that are queued or running, oldest first, with their tenant's weight."""
     rows = session.execute(
-        select(Job.id, Job.tenant_id, Tenant.weight, Job.priority, Job.status)
+        select(
+            Job.id,
+            Job.tenant_id,
+            Tenant.weight,
+            Job.priority,
+            Job.status,
+            Tenant.upstream_key_fingerprint,
+            (Tenant.daily_budget_usd.is_not(None) | Tenant.monthly_budget_usd.is_not(None)),
+        )
         .join(Tenant, Tenant.id == Job.tenant_id)
         .where(Job.status.in_(LIVE))
         .order_by(Job.created_at, Job.id)
@@ -66,8 +76,10 @@ def live_jobs(session: Session) -> list[LiveJob]:
             priority="interactive" if prio == "interactive" else "batch",
             order=n,
             status=str(st),
+            key_fingerprint=fp,
+            budgeted=bool(budgeted),
         )
-        for n, (jid, tid, weight, prio, st) in enumerate(rows)
+        for n, (jid, tid, weight, prio, st, fp, budgeted) in enumerate(rows)
     ]
 
 

@@ -11,10 +11,13 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from jobs.keyring import Keyring
+from jobs.keyring import fingerprint as key_fingerprint
 from models import ApiToken, Tenant, utcnow
 
 TOKEN_PREFIX = "fg_"  # noqa: S105 - a display prefix, not a secret
@@ -126,7 +129,10 @@ def revoke_token(session: Session, token_id_or_prefix: str) -> int:
 
 @dataclass(frozen=True)
 class TenantInfo:
-    """What `tenants list/show` print: settings that govern the tenant's use of the upstream."""
+    """What `tenants list/show` print: the settings that govern the tenant's use of the upstream.
+
+    The upstream key itself is never here: only whether one is set, its fingerprint and when it was set.
+    """
 
     id: uuid.UUID
     name: str
@@ -134,10 +140,23 @@ class TenantInfo:
     created_at: datetime
     tokens: int
     live_jobs: int
+    max_items_per_job: int | None = None
+    max_active_jobs: int | None = None
+    daily_budget_usd: float | None = None
+    monthly_budget_usd: float | None = None
+    upstream_key_fingerprint: str | None = None
+    upstream_key_set_at: datetime | None = None
 
 
 class TenantNotFoundError(LookupError):
     """No tenant with that name."""
+
+
+class _Unset:
+    """A setting not given to `set_tenant` (None means "no limit")."""
+
+
+UNSET: Any = _Unset()
 
 
 def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]:
@@ -161,7 +180,20 @@ def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]
     if name is not None:
         stmt = stmt.where(Tenant.name == name)
     return [
-        TenantInfo(t.id, t.name, float(t.weight), t.created_at, int(n_tokens), int(n_live))
+        TenantInfo(
+            t.id,
+            t.name,
+            float(t.weight),
+            t.created_at,
+            int(n_tokens),
+            int(n_live),
+            t.max_items_per_job,
+            t.max_active_jobs,
+            t.daily_budget_usd,
+            t.monthly_budget_usd,
+            t.upstream_key_fingerprint,
+            t.upstream_key_set_at,
+        )
         for t, n_tokens, n_live in session.execute(stmt)
     ]
 
@@ -179,9 +211,38 @@ def tenant_info(session: Session, name: str) -> TenantInfo:
     return found[0]
 
 
-def set_tenant(session: Session, name: str, *, weight: float | None = None) -> TenantInfo:
-    """Change a tenant's settings (only those given). The weight is its relative share of every upstream
-    scope against the other tenants with work there; it applies from the scheduler's next round."""
+def _positive_int(name: str, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise ValueError(f"{name} must be at least 1 (or none for no limit), got {value}")
+    return value
+
+
+def _positive_usd(name: str, value: float | None) -> float | None:
+    if value is not None and not (value > 0 and value < 1e9):
+        raise ValueError(f"{name} must be a positive amount of dollars (or none for no limit), got {value:g}")
+    return value
+
+
+def set_tenant(
+    session: Session,
+    name: str,
+    *,
+    weight: float | None = None,
+    max_items_per_job: int | None = UNSET,
+    max_active_jobs: int | None = UNSET,
+    daily_budget_usd: float | None = UNSET,
+    monthly_budget_usd: float | None = UNSET,
+    upstream_key: str | None = None,
+    clear_upstream_key: bool = False,
+    keyring: Keyring | None = None,
+) -> TenantInfo:
+    """Change a tenant's settings (only those given; None clears a limit).
+
+    The weight is its relative share of every upstream scope against the other tenants with work there; it
+    applies from the scheduler's next round. Quotas apply to the next submission; a budget raised or cleared
+    releases held work at the scheduler's next round. An upstream key is stored encrypted with `keyring`
+    and never returned; its fingerprint names the rate-limit scope its jobs use from then on.
+    """
     tenant = session.scalar(select(Tenant).where(Tenant.name == name))
     if tenant is None:
         raise TenantNotFoundError(f"no tenant {name!r}")
@@ -189,5 +250,57 @@ def set_tenant(session: Session, name: str, *, weight: float | None = None) -> T
         if not (weight > 0 and weight <= MAX_WEIGHT):
             raise ValueError(f"weight must be above 0 and at most {MAX_WEIGHT:g}, got {weight:g}")
         tenant.weight = float(weight)
+    if max_items_per_job is not UNSET:
+        tenant.max_items_per_job = _positive_int("max_items_per_job", max_items_per_job)
+    if max_active_jobs is not UNSET:
+        tenant.max_active_jobs = _positive_int("max_active_jobs", max_active_jobs)
+    if daily_budget_usd is not UNSET:
+        tenant.daily_budget_usd = _positive_usd("daily_budget_usd", daily_budget_usd)
+    if monthly_budget_usd is not UNSET:
+        tenant.monthly_budget_usd = _positive_usd("monthly_budget_usd", monthly_budget_usd)
+    if upstream_key is not None and clear_upstream_key:
+        raise ValueError("give an upstream key or clear it, not both")
+    if upstream_key is not None:
+        key = upstream_key.strip()
+        if not key or not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+            raise ValueError("the upstream key must be one line of printable ASCII without spaces")
+        if keyring is None:
+            raise ValueError("storing an upstream key needs the deployment's keyring")
+        tenant.upstream_key_encrypted = keyring.encrypt(key)
+        tenant.upstream_key_fingerprint = key_fingerprint(key)
+        tenant.upstream_key_set_at = utcnow()
+    if clear_upstream_key:
+        tenant.upstream_key_encrypted = None
+        tenant.upstream_key_fingerprint = None
+        tenant.upstream_key_set_at = None
     session.flush()
     return tenant_info(session, name)
+
+
+@dataclass(frozen=True)
+class TenantKey:
+    """A tenant's own upstream key as stored: encrypted, with its fingerprint (the limiter scope's name)."""
+
+    fingerprint: str
+    encrypted: str
+
+
+def tenant_key(session: Session, tenant_id: uuid.UUID) -> TenantKey | None:
+    """The tenant's own upstream key, still encrypted, or None when its jobs use the operator's key."""
+    row = session.execute(
+        select(Tenant.upstream_key_fingerprint, Tenant.upstream_key_encrypted).where(Tenant.id == tenant_id)
+    ).first()
+    if row is None or row[0] is None or row[1] is None:
+        return None
+    return TenantKey(fingerprint=str(row[0]), encrypted=str(row[1]))
+
+
+def rotate_tenant_keys(session: Session, keyring: Keyring) -> int:
+    """Re-encrypt every stored tenant key with the keyring's first key; returns how many."""
+    n = 0
+    for tenant in session.scalars(select(Tenant).where(Tenant.upstream_key_encrypted.is_not(None))):
+        assert tenant.upstream_key_encrypted is not None
+        tenant.upstream_key_encrypted = keyring.rotate(tenant.upstream_key_encrypted)
+        n += 1
+    session.flush()
+    return n

@@ -164,6 +164,8 @@ class ApiCall(Base):
         Index("ix_api_calls_item", "item_id"),
         # Recent calls by time: observed latency for the scheduler, windows for /metrics.
         Index("ix_api_calls_created", "created_at"),
+        # A tenant's calls by time: its spend today and this month (budgets), its usage per day.
+        Index("ix_api_calls_tenant_created", "tenant_id", "created_at"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

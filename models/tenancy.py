@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Float, ForeignKey, String, Uuid
+from sqlalchemy import Float, ForeignKey, Integer, String, Text, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
@@ -20,6 +20,16 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     # Relative share of every upstream scope this tenant uses, against the other tenants with work there.
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    # Quotas and budgets (None: no limit). Checked at intake; a budget reached mid-run holds the tenant's
+    # remaining items until it resets or is raised (jobs/quotas.py).
+    max_items_per_job: Mapped[int | None] = mapped_column(Integer, default=None)
+    max_active_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
+    daily_budget_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    monthly_budget_usd: Mapped[float | None] = mapped_column(Float, default=None)
+    # The tenant's own upstream key, Fernet-encrypted (jobs/keyring.py); only its fingerprint is ever shown.
+    upstream_key_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
+    upstream_key_fingerprint: Mapped[str | None] = mapped_column(String(16), default=None)
+    upstream_key_set_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
@@ -18,10 +19,11 @@ from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.intake import create_job, find_idempotent
 from jobs.queries import get_job, iter_unsuccessful_items, list_jobs, lookup_request
-from models import JOB_KINDS, JOB_STATUSES, Job
+from jobs.quotas import QuotaExceeded, check_items, check_submission
+from models import JOB_KINDS, JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant
 from web.body import check_declared_length, iter_body_lines, read_json_body
-from web.errors import UNSUPPORTED_MEDIA, ApiError, conflict, invalid, not_found
+from web.errors import QUOTA_EXCEEDED, UNSUPPORTED_MEDIA, ApiError, conflict, invalid, not_found
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
 from web.openapi import openapi_document
@@ -105,7 +107,9 @@ def create_job_view() -> Response:
     existing = find_idempotent(session, tenant.id, key)
     if existing is not None:
         return _json(status_object(session, existing), 200, {"Location": _location(existing)})
+    _check_quotas(lambda: check_submission(session, tenant, utcnow()))  # before reading a large body
     prepared = _prepare_submission()
+    _check_quotas(lambda: check_items(tenant, len(prepared.units)))
     job, created = create_job(
         session,
         tenant_id=tenant.id,
@@ -123,6 +127,23 @@ def create_job_view() -> Response:
     # Only after commit: a message must never name a job a rollback could still remove.
     _enqueue_start(job)
     return _json(status_object(session, job), 202, {"Location": _location(job)})
+
+
+def _check_quotas(check: Callable[[], None]) -> None:
+    """Run a tenant quota check; a refusal is one 4xx naming the quota, its limit, the use and the reset.
+
+    429 when waiting helps (live jobs, a spent budget: `Retry-After` says until when), 413 when the job is
+    too big for the tenant's quota whatever the time."""
+    try:
+        check()
+    except QuotaExceeded as exc:
+        headers: dict[str, str] = {}
+        status = 413 if exc.quota == "max_items_per_job" else 429
+        if exc.resets_at is not None:
+            headers["Retry-After"] = str(max(1, math.ceil((exc.resets_at - utcnow()).total_seconds())))
+        raise ApiError(
+            status, QUOTA_EXCEEDED, exc.message, field=exc.quota, headers=headers, extra=exc.details()
+        ) from None
 
 
 def _location(job: Job) -> str:

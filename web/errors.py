@@ -26,6 +26,7 @@ TOO_LARGE = "request_too_large_error"
 UNSUPPORTED_MEDIA = "unsupported_media_type_error"
 SERVER_ERROR = "server_error"
 UNAVAILABLE = "service_unavailable_error"
+QUOTA_EXCEEDED = "quota_exceeded"
 
 ERROR_TYPES = (
     INVALID_REQUEST,
@@ -37,6 +38,7 @@ ERROR_TYPES = (
     UNSUPPORTED_MEDIA,
     SERVER_ERROR,
     UNAVAILABLE,
+    QUOTA_EXCEEDED,
 )
 
 # Paths whose errors are JSON even when raised by Flask itself (routing, size limits).
@@ -57,6 +59,7 @@ class ApiError(Exception):
         index: int | None = None,
         errors: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -67,6 +70,7 @@ class ApiError(Exception):
         self.index = index
         self.errors = errors
         self.headers = headers or {}
+        self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
         err: dict[str, Any] = {"type": self.type, "message": self.message}
@@ -78,6 +82,7 @@ class ApiError(Exception):
             err["index"] = self.index
         if self.errors:
             err["errors"] = self.errors
+        err.update(self.extra)
         return {"error": err}
 
 

@@ -100,6 +100,15 @@ SCHEMAS: dict[str, Any] = {
                         "type": "integer",
                         "description": "0-based index in `items` of the first problem.",
                     },
+                    "quota": {"type": "string", "description": "`quota_exceeded` only: the quota's name."},
+                    "limit": {"type": "number", "description": "`quota_exceeded` only: the quota's limit."},
+                    "used": {"type": "number", "description": "`quota_exceeded` only: what is used now."},
+                    "resets_at": {
+                        "type": ["string", "null"],
+                        "format": "date-time",
+                        "description": "`quota_exceeded` only: when a budget starts afresh (UTC midnight or "
+                        "the first of the month); null for quotas that do not reset by time.",
+                    },
                     "errors": {
                         "type": "array",
                         "description": f"Every problem with the batch (the first {MAX_ERRORS_KEPT}; the "
@@ -587,8 +596,17 @@ PATHS: dict[str, Any] = {
                     "unknown kind. `errors` lists every row problem."
                 ),
                 "401": UNAUTHORIZED,
-                "413": _error("Body larger than FACTGATE_MAX_BODY_BYTES."),
+                "413": _error(
+                    "Body larger than FACTGATE_MAX_BODY_BYTES, or (type `quota_exceeded`, field "
+                    "`max_items_per_job`) more items than the tenant's quota allows in one job."
+                ),
                 "415": _error("Content-Type is neither application/json nor application/x-ndjson."),
+                "429": _error(
+                    "Type `quota_exceeded`: the tenant has as many live jobs as `max_active_jobs` allows, or "
+                    "has spent its `daily_budget_usd` / `monthly_budget_usd`. `field` names the quota; "
+                    "`limit`, `used` and `resets_at` (null for live jobs) say where it stands; `Retry-After` "
+                    "gives the seconds until a budget resets. Nothing was stored."
+                ),
             },
         },
         "get": {

@@ -51,6 +51,29 @@ class JobView:
     error: str | None
     metadata: dict[str, Any]
     options: dict[str, Any]
+    schedule: str  # what the scheduler says about a live job (its share, ETA, or why it waits); "" otherwise
+
+
+def schedule_text(job: Job) -> str:
+    """One line on where a live job stands with the scheduler: why it waits, or its share and ETA."""
+    view = job.schedule if job.status in ("queued", "in_progress") else None
+    if not view:
+        return ""
+    if view.get("state") == "held":
+        resumes = str(view.get("resumes_at") or "")[:16].replace("T", " ")
+        reason = view.get("held_reason")
+        return f"Held: {reason}. It resumes at {resumes} UTC, or as soon as the budget is raised."
+    parts: list[str] = []
+    share = view.get("share")
+    if isinstance(share, int | float) and share > 0:
+        parts.append(f"{share * 100:.0f} % of the {view.get('endpoint') or 'upstream'} rate limit")
+    rate = view.get("rate_per_s")
+    if isinstance(rate, int | float) and rate > 0:
+        parts.append(f"{rate:.1f} items/s")
+    eta = view.get("eta_s")
+    if isinstance(eta, int | float):
+        parts.append(f"about {duration(float(eta))} left")
+    return "Scheduler: " + ", ".join(parts) + "." if parts else ""
 
 
 def percent_done(counts: RequestCounts, ended: bool) -> float:
@@ -101,6 +124,7 @@ def job_view(session: Session, job: Job) -> JobView:
         error=job.error,
         metadata=dict(job.meta or {}),
         options=dict(job.options or {}),
+        schedule=schedule_text(job),
     )
 
 
@@ -120,5 +144,6 @@ def progress_payload(session: Session, job: Job) -> dict[str, Any]:
             "cost": usd(view.cost_usd),
             "elapsed": duration(view.elapsed_s),
             "status": view.status.replace("_", " "),
+            "schedule": view.schedule,
         },
     }

@@ -37,6 +37,8 @@ from celery import Celery, chord
 
 from checks.fairness import Backlog, FairState, allocate, shares, wait_bounds
 from jobs import scheduling
+from jobs.quotas import Hold
+from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
 from models import session_scope, utcnow
 from workers.context import WorkerContext
@@ -56,6 +58,7 @@ EXTRA_IN_FLIGHT = 2
 MIN_IN_FLIGHT = 2
 LATENCY_REFRESH_S = 2.0
 SCHEDULE_REFRESH_S = 2.0
+HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
 DEFAULT_LATENCY_S = 1.0
 
@@ -114,6 +117,8 @@ class Dispatcher:
         self._latency: dict[str, float] = {}
         self._latency_at = 0.0
         self._schedule_at = 0.0
+        self._holds: dict[uuid.UUID, Hold] = {}
+        self._holds_at = 0.0
         self._sent: deque[tuple[float, uuid.UUID, int]] = deque()  # (monotonic time, job, items) for rates
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -198,8 +203,20 @@ class Dispatcher:
         return target_in_flight(self._rate(endpoint), latency, self.max_in_flight)
 
     def scope_of(self, job: LiveJob, endpoint: str) -> str:
-        """The rate-limit scope a job's items of `endpoint` use (its key and the endpoint)."""
+        """The rate-limit scope a job's items of `endpoint` use: its tenant's own key if it has one (its own
+        rate limit, and its own fair share among that key's jobs), else the operator's."""
+        if job.key_fingerprint:
+            return f"{job.key_fingerprint}:{endpoint}"
         return scope_for(self.ctx.settings.perplexity_api_key, endpoint)
+
+    def _refresh_holds(self, jobs: list[LiveJob], now: float) -> None:
+        """Which budgeted tenants have spent their budget (their work waits; nothing fails)."""
+        if now - self._holds_at < HOLDS_REFRESH_S:
+            return
+        budgeted = sorted({j.tenant_id for j in jobs if j.budgeted})
+        with self.ctx.sessions() as session:
+            self._holds = scheduling_holds(session, budgeted, utcnow())
+        self._holds_at = now
 
     def tick(self) -> bool:
         """One round: for each scope with free slots, allocate them fairly and send the picks.
@@ -214,10 +231,13 @@ class Dispatcher:
         if not jobs:
             self._scopes.clear()
             return False
+        self._refresh_holds(jobs, now)
         weights = {str(j.tenant_id): j.weight for j in jobs}
         by_scope: dict[str, tuple[str, list[LiveJob]]] = {}
         for endpoint in ENDPOINTS:
             for job in jobs:
+                if job.tenant_id in self._holds:
+                    continue  # held: its items stay pending until the budget resets or is raised
                 scope = self.scope_of(job, endpoint)
                 by_scope.setdefault(scope, (endpoint, []))[1].append(job)
         for scope, (endpoint, scope_jobs) in by_scope.items():
@@ -313,6 +333,22 @@ class Dispatcher:
         stamp = utcnow()
         for job in jobs:
             key = str(job.id)
+            hold = self._holds.get(job.tenant_id)
+            if hold is not None:
+                views[job.id] = {
+                    "state": "held",
+                    "held_reason": hold.reason,
+                    "quota": hold.quota,
+                    "resumes_at": hold.resumes_at.isoformat(),
+                    "remaining": remaining.get(job.id, 0),
+                    "share": 0.0,
+                    "rate_per_s": 0.0,
+                    "eta_s": None,
+                    "estimated_completion_at": None,
+                    "estimated_start_at": hold.resumes_at.isoformat(),
+                    "updated_at": stamp.isoformat(),
+                }
+                continue
             share = 0.0
             scope_rate = 0.0
             start_in: float | None = None

@@ -30,6 +30,7 @@
     setText("status", data.text.status);
     setText("cost", data.text.cost);
     setText("elapsed", data.text.elapsed);
+    setText("schedule", data.text.schedule || "");
     var counts = data.counts || {};
     Object.keys(counts).forEach(function (key) {
       setText("count-" + key, String(counts[key]));

@@ -1,0 +1,173 @@
+"""Tenant quotas and budgets: what a tenant may submit, and when its work waits for money.
+
+Checked twice. At intake, a submission that would break a quota is refused whole (nothing stored) with the
+quota named, its limit, what is used and when it resets: too many items in one job, too many live jobs, or a
+daily / monthly budget already spent. During the run, a budget reached mid-job does not fail anything: the
+scheduler holds the tenant's remaining items (they stay pending, undispatched) until the budget resets at
+the next UTC day or month, or an operator raises it — and the job's status says why it waits.
+
+Spend is the sum of the tenant's `api_calls` costs since the start of the UTC day or month, through
+`ix_api_calls_tenant_created`. Holding happens at dispatch, so a budget can be overshot by what was already
+in flight when it was reached (at most the scope's few in-flight items), never by a backlog.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from models import ApiCall, Job, Tenant
+
+LIVE_JOB_STATUSES = ("queued", "in_progress", "finalizing", "cancelling")
+
+
+def day_start(now: datetime) -> datetime:
+    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_start(now: datetime) -> datetime:
+    return day_start(now).replace(day=1)
+
+
+def next_day(now: datetime) -> datetime:
+    return day_start(now) + timedelta(days=1)
+
+
+def next_month(now: datetime) -> datetime:
+    start = month_start(now)
+    return (start + timedelta(days=32)).replace(day=1)
+
+
+@dataclass(frozen=True)
+class QuotaExceeded(Exception):  # noqa: N818 - read as "the quota is exceeded", the API's error type
+    """A submission refused by a tenant quota: which one, its limit, what is used, when it resets."""
+
+    quota: str
+    limit: float
+    used: float
+    resets_at: datetime | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "quota": self.quota,
+            "limit": self.limit,
+            "used": self.used,
+            "resets_at": None if self.resets_at is None else self.resets_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a tenant's work waits, and until when (unless the budget is raised)."""
+
+    quota: str
+    limit: float
+    used: float
+    resumes_at: datetime
+    reason: str
+
+
+def spend_since(session: Session, tenant_id: uuid.UUID, since: datetime) -> float:
+    """What the tenant's upstream calls cost since `since`."""
+    return float(
+        session.scalar(
+            select(func.coalesce(func.sum(ApiCall.cost_usd), 0.0)).where(
+                ApiCall.tenant_id == tenant_id, ApiCall.created_at >= since
+            )
+        )
+        or 0.0
+    )
+
+
+def live_jobs_of(session: Session, tenant_id: uuid.UUID) -> int:
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.tenant_id == tenant_id, Job.status.in_(LIVE_JOB_STATUSES))
+        )
+        or 0
+    )
+
+
+def budget_hold(session: Session, tenant: Tenant, now: datetime) -> Hold | None:
+    """The budget the tenant has spent, if any (daily first: it resets sooner)."""
+    if tenant.daily_budget_usd is not None:
+        used = spend_since(session, tenant.id, day_start(now))
+        if used >= tenant.daily_budget_usd:
+            return Hold(
+                "daily_budget_usd",
+                tenant.daily_budget_usd,
+                round(used, 6),
+                next_day(now),
+                f"the daily budget of ${tenant.daily_budget_usd:.2f} is spent (${used:.2f} today)",
+            )
+    if tenant.monthly_budget_usd is not None:
+        used = spend_since(session, tenant.id, month_start(now))
+        if used >= tenant.monthly_budget_usd:
+            return Hold(
+                "monthly_budget_usd",
+                tenant.monthly_budget_usd,
+                round(used, 6),
+                next_month(now),
+                f"the monthly budget of ${tenant.monthly_budget_usd:.2f} is spent (${used:.2f} this month)",
+            )
+    return None
+
+
+def holds(session: Session, tenant_ids: list[uuid.UUID], now: datetime) -> dict[uuid.UUID, Hold]:
+    """The tenants among `tenant_ids` whose work must wait for a budget, and why."""
+    if not tenant_ids:
+        return {}
+    out: dict[uuid.UUID, Hold] = {}
+    for tenant in session.scalars(select(Tenant).where(Tenant.id.in_(tenant_ids))):
+        hold = budget_hold(session, tenant, now)
+        if hold is not None:
+            out[tenant.id] = hold
+    return out
+
+
+def check_submission(session: Session, tenant: Tenant, now: datetime) -> None:
+    """Quotas a submission can break before its body is read: live jobs and spent budgets."""
+    if tenant.max_active_jobs is not None:
+        live = live_jobs_of(session, tenant.id)
+        if live >= tenant.max_active_jobs:
+            raise QuotaExceeded(
+                "max_active_jobs",
+                tenant.max_active_jobs,
+                live,
+                None,
+                f"{live} jobs are still running or queued, the limit is {tenant.max_active_jobs}; "
+                "submit again when one has ended (or cancel one)",
+            )
+    hold = budget_hold(session, tenant, now)
+    if hold is not None:
+        raise QuotaExceeded(
+            hold.quota,
+            hold.limit,
+            hold.used,
+            hold.resumes_at,
+            f"{hold.reason}; it resets at {hold.resumes_at:%Y-%m-%d %H:%M} UTC",
+        )
+
+
+def check_items(tenant: Tenant, items: int) -> None:
+    """The size quota, once the body has been read and its items counted."""
+    if tenant.max_items_per_job is not None and items > tenant.max_items_per_job:
+        raise QuotaExceeded(
+            "max_items_per_job",
+            tenant.max_items_per_job,
+            items,
+            None,
+            f"the job has {items:,} items (rows × modes), the limit is {tenant.max_items_per_job:,} per job; "
+            "split the batch",
+        )
