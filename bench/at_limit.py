@@ -12,7 +12,6 @@ way a laptop script does it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,15 +31,15 @@ from jobs.claims import claim_units
 from jobs.intake import create_job
 from jobs.tenancy import get_or_create_tenant
 from models import ApiCall, Job, make_engine, make_session_factory, session_scope
+from tests.reference import reference_claims
 from workers.api import enqueue_start
 from workers.app import make_celery
 
 LIMIT = 10.0
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "claims.jsonl"
 
 
 def claims(n: int, tag: str) -> list[dict[str, object]]:
-    base = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    base = reference_claims()
     return [{"id": f"{tag}{i}", "claim": f"{base[i % len(base)]['claim']} ({tag}{i})"} for i in range(n)]
 
 
