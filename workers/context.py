@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from clients.perplexity import PerplexityClient
 from config import Settings
 from models import make_engine, make_session_factory
-from workers.limiter import LimiterTimeout, RateLimiter, scope_for
+from workers.limiter import LimiterTimeout, RateLimiter, scope_for, with_headroom
 from workers.signals import record_limiter_wait, record_throttled
 
 SIMULATOR_BASE = "http://simulator.invalid"
@@ -92,7 +92,9 @@ def build_context(settings: Settings) -> WorkerContext:
         ctx = ctx_ref[0]
         try:
             waited = limiter.acquire(
-                scope_for(key, endpoint), ctx.rate_for(endpoint), max_wait_s=settings.limiter_max_wait_s
+                scope_for(key, endpoint),
+                with_headroom(ctx.rate_for(endpoint), settings.limiter_headroom),
+                max_wait_s=settings.limiter_max_wait_s,
             )
         except LimiterTimeout as exc:
             record_limiter_wait(rds, endpoint, exc.waited, timed_out=True)
