@@ -3,10 +3,10 @@
 Part 1: N threads, each with its own Redis client, call `acquire_grant` on one scope at
 RATE × (1 − HEADROOM)/s (what the workers ask for) for about SECONDS. Prints grants/s ÷ (RATE × (1 − h))
 (1.00: every slot used) and ÷ RATE, the most grants in any one-second window of Redis time (slots;
-must be ≤ RATE), script calls per grant, and how late callers were let go after their slot (Redis
-time of the last check − slot). That lateness is the limiter's share of slot-to-arrival jitter: the
-headroom's slack, 10/RATE · h/(1 − h) s, must cover its spread plus the network's. The closest 11
-consecutive releases show what is left of it.
+must be ≤ RATE), script calls per grant, how late callers were let go after their slot (Redis time
+of the last check − slot), and slots left unused by callers let go too late. That lateness is the
+limiter's share of slot-to-arrival jitter: the headroom's slack, 10/RATE · h/(1 − h) s, must cover
+its spread plus the network's. The closest 11 consecutive releases show what is left of it.
 
 Part 2: raw script calls/s from one thread (and from N threads on real Redis), on a scope whose
 rate never makes anybody wait, so every call takes the write path; on real Redis and on fakeredis.
@@ -118,6 +118,9 @@ def hammer(prefix: str, threads: int, rate: float, headroom: float, seconds: flo
     print(f"  let go after slot, ms        p50 {pct(late_ms, 0.5):.2f}  p99 {pct(late_ms, 0.99):.2f}  "
           f"max {max(late_ms):.2f}  (spread max − min {max(late_ms) - min(late_ms):.2f})")  # fmt: skip
     print(f"  closest 11 releases          {closest_11:.4f} s (headroom slack {slack_ms:.1f} ms)")
+    print(
+        f"  slots left unused            {sum(g.rebooked for g in grants)} (callers let go > 10 ms late book again)"
+    )
     print(f"  LimiterTimeouts              {timeouts} (max_wait_s=2, so a thread stops promptly)")
 
 

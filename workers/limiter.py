@@ -10,13 +10,21 @@ callers reserve at once, so any half-open one-second window of Redis time holds 
 
 Why headroom: the upstream counts requests when they arrive, not when we granted them, and the path from
 slot to arrival (waking a thread, the GIL, building and sending the request, the network) takes a
-variable time. Slots exactly ``1/r`` apart leave no room for that: one request a few ms early relative to
-the one ten before it puts 11 into some upstream second (measured: slots exactly 100 ms apart drew 32 ×
-429 in one 600-claim run). So the caller asks for ``rate × (1 - h)`` (`with_headroom`,
-``FACTGATE_LIMITER_HEADROOM``): slots are ``1/(r(1-h))`` apart, any 11 consecutive slots span at least
-``10/(r(1-h))`` s, which is ``10/r · h/(1-h)`` s more than the upstream's window (25.6 ms at 10/s with
-h = 0.025). The upstream never sees 11 in a second unless one request's slot-to-arrival delay exceeds
-that of the request ten slots later by more than this slack.
+variable time. Slots exactly ``1/r`` apart leave no room for that: a request that arrives a few ms later
+after its slot than the one ten slots on puts 11 into some upstream second. So the caller asks for
+``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are ``1/(r(1-h))`` apart, and
+any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is ``10/r · h/(1-h)`` s more than the
+upstream's one-second window at 10/s (25.6 ms with h = 0.025; in general ``r + 1`` slots span
+``h/(1-h)`` s more than a second, whatever the rate). The upstream never sees 11 in a second unless one
+request's slot-to-arrival delay exceeds that of the request ten slots later by more than this slack.
+
+Why a late caller books again: the slack is sized for ordinary jitter (a few ms), not for a stalled
+process — a full garbage collection in a worker holds every thread for ~40 ms, and the request whose slot
+fell inside it would go out that late and, against the on-time request ten slots later, draw a 429. A
+caller whose pre-send check (below) finds it more than `max_late_s` (10 ms) past its slot leaves the slot
+unused and books a new one instead of sending; once per `acquire`, so a host that is always slow still
+sends rather than re-booking for ever. What the check cannot see — a stall between the check and the
+request reaching the upstream — is left to the slack.
 
 Why a check before sending: a 429 after slots were handed out must still hold back every caller that has
 not sent yet. `block` moves the scope's ``blocked_until`` forward (never back) for everybody; a caller
@@ -112,6 +120,10 @@ _US: Final = 1_000_000
 _TTL_SLACK_MS: Final = 1_000
 # A cap on the wait passed to the script (an infinite budget): ten years, still exact in a double.
 _MAX_WAIT_US: Final = 10 * 365 * 24 * 3600 * _US
+# How late after its slot a caller may still send: about 40 % of the headroom's slack at the default
+# headroom (h/(1-h) s: 25.6 ms), leaving the rest for the time from here to the upstream. Waking is
+# normally well under 5 ms late (bench/limiter_bench.py); what goes past this is a stall.
+DEFAULT_MAX_LATE_S: Final = 0.010
 
 
 class LimiterTimeout(Exception):  # noqa: N818 - the name is the workers' contract
@@ -159,12 +171,14 @@ class Grant:
 
     `waited`: seconds slept for it. `slot_us`: the booked slot (Redis time). `redis_time_us`: Redis'
     clock at the last script call before the caller was let go, never before `slot_us` — the
-    difference is how late the caller woke.
+    difference is how late the caller woke. `rebooked`: slots booked on the way and left unused
+    (a 429 blocked them, or the caller woke too late to use one).
     """
 
     waited: float
     slot_us: int
     redis_time_us: int
+    rebooked: int = 0
 
 
 def scope_for(api_key: str | None, endpoint: str) -> str:
@@ -225,11 +239,16 @@ class RateLimiter:
         *,
         prefix: str = "factgate:rl",
         sleep: Callable[[float], object] = time.sleep,
+        max_late_s: float = DEFAULT_MAX_LATE_S,
     ) -> None:
-        """`sleep` is injectable so tests can act while a caller waits for its slot."""
+        """`sleep` is injectable so tests can act while a caller waits for its slot. A caller let go more
+        than `max_late_s` after its slot books a new one instead of sending (once per `acquire`)."""
+        if not max_late_s >= 0:
+            raise ValueError(f"max_late_s must be non-negative, got {max_late_s}")
         self._redis = redis
         self._prefix = prefix
         self._sleep = sleep
+        self._max_late_us = math.floor(max_late_s * _US)
         # register_script runs EVALSHA and, on NOSCRIPT (SCRIPT FLUSH, restart, failover),
         # loads the script once and retries — the limiter survives Redis being flushed.
         self._script = redis.register_script(_LUA)
@@ -268,6 +287,8 @@ class RateLimiter:
         """Like `acquire`, also returning the slot and the Redis time the caller was let go."""
         _wait_us(max_wait_s)  # validate before anything is booked
         waited = 0.0
+        rebooked = 0
+        late_rebook_left = True
         while True:
             reservation = self.reserve(scope, rate_per_s, burst, max(0.0, max_wait_s - waited))
             if not reservation.taken:
@@ -275,17 +296,24 @@ class RateLimiter:
             now_us = reservation.redis_time_us
             if reservation.slot_us <= now_us:
                 # Free now: nothing can have happened between booking and sending.
-                return Grant(waited=waited, slot_us=reservation.slot_us, redis_time_us=now_us)
+                return Grant(waited, reservation.slot_us, now_us, rebooked)
             state = ScopeState(blocked_until_us=0, redis_time_us=now_us)
             while state.redis_time_us < reservation.slot_us:
                 step = (reservation.slot_us - state.redis_time_us) / _US
                 self._sleep(step)
                 waited += step
                 state = self.state(scope)
+            late_us = state.redis_time_us - reservation.slot_us
+            if not state.blocked and (late_us <= self._max_late_us or not late_rebook_left):
+                return Grant(waited, reservation.slot_us, state.redis_time_us, rebooked)
+            # Either a 429 arrived after this slot was booked and the block covers it, or this
+            # process stalled past the slot (a full garbage collection, a descheduled thread) and
+            # sending now would land in the next requests' upstream second. Book again — behind the
+            # block, or at the end of the queue — within what is left of the budget; the slot goes
+            # unused. Lateness re-books once per call, so a uniformly slow host still sends.
+            rebooked += 1
             if not state.blocked:
-                return Grant(waited=waited, slot_us=reservation.slot_us, redis_time_us=state.redis_time_us)
-            # A 429 arrived after this slot was booked and the block covers it: queue again behind
-            # the block (the booked slot goes unused), within what is left of the budget.
+                late_rebook_left = False
 
     def acquire(self, scope: str, rate_per_s: float, burst: int = 1, max_wait_s: float = 60.0) -> float:
         """Book a slot, sleep until it, and return the seconds slept for it.

@@ -255,7 +255,8 @@ def test_many_clients_on_threads_never_exceed_the_rate_less_headroom(server: fak
 
 def test_acquire_sleeps_once_exactly_until_the_slot(client: fakeredis.FakeRedis) -> None:
     slept: list[float] = []
-    lim = RateLimiter(client, prefix="t:rl", sleep=recording_sleep(slept))
+    # Lateness never re-books here, even on a loaded machine: this test is about sleeping once.
+    lim = RateLimiter(client, prefix="t:rl", sleep=recording_sleep(slept), max_late_s=1.0)
     s = scope()
     assert lim.acquire(s, 5.0) == 0.0
     assert slept == []
@@ -283,6 +284,41 @@ def test_a_caller_that_wakes_early_sleeps_the_rest_before_it_is_let_go(client: f
     grant = lim.acquire_grant(s, 5.0)
     assert len(slept) >= 2
     assert grant.redis_time_us >= grant.slot_us
+
+
+def test_a_caller_let_go_too_late_leaves_its_slot_and_books_again_once(client: fakeredis.FakeRedis) -> None:
+    slept: list[float] = []
+
+    def stalled_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds + 0.05)  # as if a 50 ms garbage collection held the process
+
+    lim = RateLimiter(client, prefix="t:rl", sleep=stalled_sleep, max_late_s=0.01)
+    s = scope()
+    lim.reserve(s, 10.0)
+    missed = lim.reserve(s, 10.0, max_wait_s=0.0)  # the slot the caller books first (not taken here)
+    grant = lim.acquire_grant(s, 10.0)
+    assert grant.rebooked == 1
+    assert grant.slot_us >= missed.slot_us + 100_000
+    # Late again on the second slot, it sends anyway: lateness re-books only once per call.
+    assert grant.redis_time_us - grant.slot_us >= 50_000
+    assert len(slept) == 2
+    assert grant.waited == pytest.approx(sum(slept))
+
+
+def test_a_caller_let_go_in_time_keeps_its_slot(client: fakeredis.FakeRedis) -> None:
+    lim = RateLimiter(client, prefix="t:rl", sleep=time.sleep, max_late_s=1.0)
+    s = scope()
+    lim.reserve(s, 10.0)
+    expected = lim.reserve(s, 10.0, max_wait_s=0.0)
+    grant = lim.acquire_grant(s, 10.0)
+    assert grant.rebooked == 0
+    assert grant.slot_us == expected.slot_us
+
+
+def test_max_late_must_not_be_negative(client: fakeredis.FakeRedis) -> None:
+    with pytest.raises(ValueError, match="max_late_s"):
+        RateLimiter(client, max_late_s=-0.001)
 
 
 # --- blocked_until -------------------------------------------------------------------------------
@@ -330,6 +366,7 @@ def test_a_block_issued_after_booking_pushes_the_unsent_caller_past_it(server: f
     assert first.slot_us < until * US
     assert grant.slot_us >= until * US - 1
     assert grant.redis_time_us >= grant.slot_us
+    assert grant.rebooked >= 1
     assert len(slept) >= 2
 
 
@@ -343,7 +380,9 @@ def test_a_block_that_ends_before_the_slot_leaves_it_alone(server: fakeredis.Fak
         other.block(s, 0.1)
         time.sleep(seconds)
 
-    caller = RateLimiter(fakeredis.FakeRedis(server=server), prefix="t:rl", sleep=short_429_while_we_sleep)
+    caller = RateLimiter(
+        fakeredis.FakeRedis(server=server), prefix="t:rl", sleep=short_429_while_we_sleep, max_late_s=1.0
+    )
     expected = caller.reserve(s, 10.0, max_wait_s=0.0)
     grant = caller.acquire_grant(s, 10.0)
     assert grant.slot_us == expected.slot_us
