@@ -7,24 +7,18 @@ exactly until then and sends. Slots follow GCRA (generic cell rate algorithm): o
 "theoretical arrival time" TAT; a caller's slot is ``max(now, TAT - tau, blocked_until)`` and TAT moves to
 ``max(TAT, slot) + 1/r``. With burst 1 (``tau = 0``) slots are at least ``1/r`` apart, however many
 callers reserve at once, so any half-open one-second window of Redis time holds at most ``ceil(r)`` slots.
+Slots already booked stand when the rate changes; the new rate spaces the ones after them.
 
 Why headroom: the upstream counts requests when they arrive, not when we granted them, and the path from
 slot to arrival (waking a thread, the GIL, building and sending the request, the network) takes a
-variable time. Slots exactly ``1/r`` apart leave no room for that: a request that arrives a few ms later
-after its slot than the one ten slots on puts 11 into some upstream second. So the caller asks for
-``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are ``1/(r(1-h))`` apart, and
-any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is ``10/r · h/(1-h)`` s more than the
-upstream's one-second window at 10/s (25.6 ms with h = 0.025; in general ``r + 1`` slots span
-``h/(1-h)`` s more than a second, whatever the rate). The upstream never sees 11 in a second unless one
-request's slot-to-arrival delay exceeds that of the request ten slots later by more than this slack.
-
-Why a late caller books again: the slack is sized for ordinary jitter (a few ms), not for a stalled
-process — a full garbage collection in a worker holds every thread for ~40 ms, and the request whose slot
-fell inside it would go out that late and, against the on-time request ten slots later, draw a 429. A
-caller whose pre-send check (below) finds it more than `max_late_s` (10 ms) past its slot leaves the slot
-unused and books a new one instead of sending; once per `acquire`, so a host that is always slow still
-sends rather than re-booking for ever. What the check cannot see — a stall between the check and the
-request reaching the upstream — is left to the slack.
+variable time. Slots exactly ``1/r`` apart leave no room for that: if one request's slot-to-arrival delay
+is a few ms longer than that of the request ten slots later, 11 arrive within one upstream second. So the
+caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are
+``1/(r(1-h))`` apart, and any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is
+``10/r · h/(1-h)`` s more than the upstream's one-second window at 10/s (25.6 ms with h = 0.025; in
+general ``r + 1`` consecutive slots span ``h/(1-h)`` s more than a second, whatever the rate). The upstream
+never sees 11 in a second unless one request's slot-to-arrival delay exceeds that of the request ten slots
+later by more than this slack.
 
 Why a check before sending: a 429 after slots were handed out must still hold back every caller that has
 not sent yet. `block` moves the scope's ``blocked_until`` forward (never back) for everybody; a caller
@@ -32,6 +26,14 @@ that slept re-reads it (one cheap script call, which also returns Redis' clock, 
 before its slot sleeps the rest) and, if blocked, reserves again — new slots are never before
 ``blocked_until``. A reservation further away than the caller's ``max_wait_s`` is not taken: the caller
 gets `LimiterTimeout` and nothing is booked, so the next caller gets that slot.
+
+Why a late caller books again: the slack is sized for ordinary jitter (a few ms), not for a stalled
+process — a full garbage collection in a worker holds every thread for ~40 ms, and the request whose slot
+fell inside it would go out that late and, against the on-time request ten slots later, draw a 429. A
+caller whose check finds it more than `max_late_s` (10 ms) past its slot leaves the slot unused and books
+a new one instead of sending; once per `acquire`, so a host that is always slow still sends rather than
+re-booking for ever. What the check cannot see — a stall between the check and the request reaching the
+upstream — is left to the slack.
 
 Time comes from Redis ``TIME`` inside the script, so clock skew between worker machines cannot loosen the
 limit. Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields
