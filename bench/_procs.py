@@ -120,6 +120,13 @@ class Procs:
         self.wait_http(base + "/stats")
         return base
 
+    def start_recording_simulator(self, port: int, *args: str) -> str:
+        """The simulator with a record of when each request reached its rate limiter (bench/_sim_recorder.py)."""
+        self.start("simulator", [sys.executable, "-m", "bench._sim_recorder", "--port", str(port), *args])
+        base = f"http://127.0.0.1:{port}"
+        self.wait_http(base + "/stats")
+        return base
+
     def start_worker(self, name: str = "worker", concurrency: int = 8, beat: bool = False) -> None:
         argv = [str(BIN / "celery"), "-A", "workers.app", "worker", "--pool", "threads",
                 "--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle",

@@ -63,6 +63,9 @@ class Settings:
     search_rps: float = 50.0
     agent_rps: float = 3.0
     limiter_max_wait_s: float = 60.0
+    # Fraction of each rate left unused, so slot-to-arrival jitter never puts one request too many into
+    # an upstream second (workers/limiter.py). Must be in [0, 1).
+    limiter_headroom: float = 0.025
 
     # Intake limits.
     max_rows_per_job: int = 200_000
@@ -85,6 +88,14 @@ class Settings:
 
     # Fernet keys that encrypt tenants' own upstream keys at rest; the first encrypts, all decrypt.
     encryption_keys: tuple[str, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        # A headroom of 1 or more would turn every limit into "0 requests/s", which the limiter reads as
+        # unlimited: refuse it where the settings are made, not at the first upstream call.
+        if not 0.0 <= self.limiter_headroom < 1.0:
+            raise ValueError(
+                f"FACTGATE_LIMITER_HEADROOM must be at least 0 and below 1, got {self.limiter_headroom}"
+            )
 
     @property
     def embedded(self) -> bool:
@@ -134,6 +145,7 @@ class Settings:
             search_rps=_float(e, "FACTGATE_SEARCH_RPS", 50.0),
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
+            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.025),
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 200_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),

@@ -78,7 +78,7 @@ def score_sentence(calls: Calls, spec: Mapping[str, Any], model: str) -> dict[st
         body = gate.sentence_request(str(spec["claim"]), passages, model)
     except ValueError as exc:
         raise StepError(f"cannot score this sentence: {exc}", retryable=False) from None
-    decision: Decision = calls.run(lambda: calls.ctx.client.decide(body), model)
+    decision: Decision = calls.run(lambda: calls.client.decide(body), model)
     answers = answers_as_dicts(decision)
     probabilities = {name: float(a["noul"]) for name, a in answers.items() if "noul" in a}
     try:
@@ -115,7 +115,7 @@ def handle_answer_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) 
     except ValueError as exc:
         return Failed(str(exc))
     try:
-        answer: AgentAnswer = calls.run(lambda: ctx.client.agent(body))
+        answer: AgentAnswer = calls.run(lambda: calls.client.agent(body))
     except StepError as exc:
         return calls.failed(exc, {"kind": "answer", "started_at": started})
     agent = _agent_facts(answer)
@@ -157,7 +157,7 @@ def handle_investigation(ctx: WorkerContext, item: ClaimedItem, calls: Calls) ->
     except ValueError as exc:
         return Failed(str(exc))
     try:
-        answer: AgentAnswer = calls.run(lambda: ctx.client.agent(body))
+        answer: AgentAnswer = calls.run(lambda: calls.client.agent(body))
     except StepError as exc:
         return calls.failed(exc, output)
     agent = _agent_facts(answer)

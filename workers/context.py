@@ -8,7 +8,10 @@ carry ids, never these objects.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -19,13 +22,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from clients.perplexity import PerplexityClient
 from config import Settings
+from jobs.keyring import keyring_for
+from jobs.tenancy import TenantKey, tenant_key
 from models import make_engine, make_session_factory
 from workers.leases import LeaseKeeper
-from workers.limiter import LimiterTimeout, RateLimiter, scope_for
+from workers.limiter import LimiterTimeout, RateLimiter, scope_for, with_headroom
 from workers.signals import record_limiter_wait, record_throttled
 
 SIMULATOR_BASE = "http://simulator.invalid"
 SIMULATOR_KEY = "simulator-key"
+TENANT_KEY_TTL_S = 30.0
 
 _lock = threading.Lock()
 # Its own lock: `get_context` holds `_lock` while building a context, which calls `embedded_redis`.
@@ -46,9 +52,24 @@ def embedded_redis() -> redis_lib.Redis:
         return store
 
 
+def rate_of(settings: Settings, endpoint: str) -> float:
+    """Requests per second allowed upstream for an endpoint, per key (before the limiter's headroom)."""
+    return {
+        "decisions": settings.decisions_rps,
+        "search": settings.search_rps,
+        "agent": settings.agent_rps,
+    }.get(endpoint, settings.decisions_rps)
+
+
 @dataclass
 class WorkerContext:
-    """What every task needs, built from one Settings."""
+    """What every task needs, built from one Settings.
+
+    `client` speaks with the operator's key (PERPLEXITY_API_KEY). A tenant with its own key gets a client of
+    its own (`client_for`), built on first use from the decrypted key and kept by fingerprint; its limiter
+    scope is that key's, so it has its own rate limit. Keys are read from the database (encrypted) and
+    decrypted here, in the worker: task messages carry item ids only.
+    """
 
     settings: Settings
     engine: Engine
@@ -57,18 +78,44 @@ class WorkerContext:
     limiter: RateLimiter
     client: PerplexityClient
     leases: LeaseKeeper
+    _tenant_clients: dict[str, PerplexityClient] = field(default_factory=dict, repr=False)
+    _tenant_keys: dict[uuid.UUID, tuple[float, TenantKey | None]] = field(default_factory=dict, repr=False)
+    _clients_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def rate_for(self, endpoint: str) -> float:
-        """Requests per second allowed upstream for an endpoint (global, all workers)."""
-        return {
-            "decisions": self.settings.decisions_rps,
-            "search": self.settings.search_rps,
-            "agent": self.settings.agent_rps,
-        }.get(endpoint, self.settings.decisions_rps)
+        """Requests per second allowed upstream for an endpoint (global, all workers, per key)."""
+        return rate_of(self.settings, endpoint)
+
+    def _tenant_key(self, tenant_id: uuid.UUID) -> TenantKey | None:
+        """The tenant's stored key (encrypted), read at most every TENANT_KEY_TTL_S: a key set or cleared by
+        an operator reaches running workers within that time."""
+        now = time.monotonic()
+        hit = self._tenant_keys.get(tenant_id)
+        if hit is not None and now - hit[0] < TENANT_KEY_TTL_S:
+            return hit[1]
+        with self.sessions() as session:
+            found = tenant_key(session, tenant_id)
+        self._tenant_keys[tenant_id] = (now, found)
+        return found
+
+    def client_for(self, tenant_id: uuid.UUID) -> tuple[PerplexityClient, str | None]:
+        """The client a tenant's items use, and the fingerprint of its own key (None: the operator's)."""
+        stored = self._tenant_key(tenant_id)
+        if stored is None:
+            return self.client, None
+        with self._clients_lock:
+            client = self._tenant_clients.get(stored.fingerprint)
+            if client is None:
+                secret = keyring_for(self.settings).decrypt(stored.encrypted)
+                client = make_client(self.settings, secret, self.limiter, self.redis, self.rate_for)
+                self._tenant_clients[stored.fingerprint] = client
+        return client, stored.fingerprint
 
     def close(self) -> None:
         self.leases.close()
         self.client.close()
+        for client in self._tenant_clients.values():
+            client.close()
         self.engine.dispose()
 
 
@@ -79,6 +126,48 @@ def _simulator_transport() -> httpx.BaseTransport:
     return httpx.WSGITransport(app=create_app())
 
 
+def make_client(
+    settings: Settings,
+    key: str | None,
+    limiter: RateLimiter,
+    rds: redis_lib.Redis,
+    rate_for: Callable[[str], float],
+) -> PerplexityClient:
+    """A client for one upstream key, paced by the global limiter in that key's scopes.
+
+    Without any key (no PERPLEXITY_API_KEY, and an operator key is what is asked for) the bundled simulator
+    answers in-process. A tenant key in that mode goes to the same simulator: it stands in for the API.
+    """
+    scope_key = key
+    simulated = settings.perplexity_api_key is None
+
+    def before_attempt(endpoint: str) -> None:
+        try:
+            waited = limiter.acquire(
+                scope_for(scope_key, endpoint),
+                with_headroom(rate_for(endpoint), settings.limiter_headroom),
+                max_wait_s=settings.limiter_max_wait_s,
+            )
+        except LimiterTimeout as exc:
+            record_limiter_wait(rds, endpoint, exc.waited, timed_out=True)
+            raise
+        record_limiter_wait(rds, endpoint, waited)
+
+    def on_throttled(endpoint: str, wait_s: float) -> None:
+        limiter.block(scope_for(scope_key, endpoint), wait_s)
+        record_throttled(rds, endpoint)
+
+    return PerplexityClient(
+        SIMULATOR_BASE if simulated else settings.perplexity_api_base,
+        key or SIMULATOR_KEY,
+        transport=_simulator_transport() if simulated else None,
+        timeout=settings.http_timeout_s,
+        max_retries=settings.http_max_retries,
+        before_attempt=before_attempt,
+        on_throttled=on_throttled,
+    )
+
+
 def build_context(settings: Settings) -> WorkerContext:
     """Wire the resources for `settings`."""
     engine = make_engine(settings.effective_database_url())
@@ -87,36 +176,11 @@ def build_context(settings: Settings) -> WorkerContext:
     else:
         rds = embedded_redis()
     limiter = RateLimiter(rds)
-    key = settings.perplexity_api_key
-
-    ctx_ref: list[WorkerContext] = []
-
-    def before_attempt(endpoint: str) -> None:
-        ctx = ctx_ref[0]
-        try:
-            waited = limiter.acquire(
-                scope_for(key, endpoint), ctx.rate_for(endpoint), max_wait_s=settings.limiter_max_wait_s
-            )
-        except LimiterTimeout as exc:
-            record_limiter_wait(rds, endpoint, exc.waited, timed_out=True)
-            raise
-        record_limiter_wait(rds, endpoint, waited)
-
-    def on_throttled(endpoint: str, wait_s: float) -> None:
-        limiter.block(scope_for(key, endpoint), wait_s)
-        record_throttled(rds, endpoint)
-
-    client = PerplexityClient(
-        SIMULATOR_BASE if key is None else settings.perplexity_api_base,
-        SIMULATOR_KEY if key is None else key,
-        transport=_simulator_transport() if key is None else None,
-        timeout=settings.http_timeout_s,
-        max_retries=settings.http_max_retries,
-        before_attempt=before_attempt,
-        on_throttled=on_throttled,
+    client = make_client(
+        settings, settings.perplexity_api_key, limiter, rds, lambda endpoint: rate_of(settings, endpoint)
     )
     sessions = make_session_factory(engine)
-    ctx = WorkerContext(
+    return WorkerContext(
         settings=settings,
         engine=engine,
         sessions=sessions,
@@ -125,8 +189,6 @@ def build_context(settings: Settings) -> WorkerContext:
         client=client,
         leases=LeaseKeeper(sessions, settings.lease_s),
     )
-    ctx_ref.append(ctx)
-    return ctx
 
 
 def get_context(app: Celery) -> WorkerContext:

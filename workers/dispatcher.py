@@ -43,7 +43,7 @@ from jobs.scheduling import LiveJob, Ready
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
-from workers.limiter import scope_for
+from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
 
@@ -186,7 +186,8 @@ class Dispatcher:
             log.warning("dispatcher: Redis lost its state; %d dispatched items will be sent again", forgotten)
 
     def _rate(self, endpoint: str) -> float:
-        return self.ctx.rate_for(endpoint)
+        """The rate the limiter grants in a scope of this endpoint (the configured rate less its headroom)."""
+        return with_headroom(self.ctx.rate_for(endpoint), self.ctx.settings.limiter_headroom)
 
     def _refresh_latency(self, now: float) -> None:
         if now - self._latency_at < LATENCY_REFRESH_S and self._latency:

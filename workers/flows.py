@@ -16,6 +16,7 @@ from typing import Any
 from checks import pricing
 from checks.answers import AGENT_PRESET
 from clients.errors import CallInterrupted, UpstreamError
+from clients.perplexity import PerplexityClient
 from clients.records import CallRecord
 from clients.results import Decision
 from jobs.records import CallRow, ClaimedItem
@@ -71,10 +72,16 @@ class StepError(Exception):
 
 @dataclass
 class Calls:
-    """The rows of every call an item made so far, and the money counted against the job's budget."""
+    """The rows of every call an item made so far, and the money counted against the job's budget.
+
+    `client` is the one the item's tenant uses: its own key's (`own_key` is that key's fingerprint), or the
+    operator's.
+    """
 
     ctx: WorkerContext
     item: ClaimedItem
+    client: PerplexityClient
+    own_key: str | None = None
     rows: list[CallRow] = field(default_factory=list)
 
     def add(self, record: CallRecord, model: str | None = None) -> None:
@@ -111,7 +118,14 @@ class Calls:
             ) from None
         except UpstreamError as exc:
             self.add(exc.record, model)
-            raise StepError(str(exc), retryable=exc.retryable, request_ids=exc.record.request_ids) from None
+            message = str(exc)
+            if exc.status == 401 and self.own_key is not None:
+                message += (
+                    f"; the upstream refused this tenant's own API key (fingerprint {self.own_key}): set a "
+                    "working one with `factgate tenants set NAME --upstream-key-file PATH`, or go back to "
+                    "the operator's key with `--clear-upstream-key`, then retry the job"
+                )
+            raise StepError(message, retryable=exc.retryable, request_ids=exc.record.request_ids) from None
         self.add(result.record, model)
         return result
 

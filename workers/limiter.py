@@ -1,28 +1,55 @@
 """The global upstream rate limiter: one atomic Lua script in Redis shared by every worker.
 
-Why GCRA (generic cell rate algorithm) rather than a token bucket or a sliding log: it keeps one
-number per scope (the "theoretical arrival time", TAT) instead of a token count plus a refill
-timestamp or a list of grants, so the script is a couple of reads and one write, and its spacing
-guarantee is easy to state and test: with burst ``b`` and rate ``r`` a grant happens only when
-``now >= TAT - (b - 1)/r`` and pushes TAT to ``max(TAT, now) + 1/r``. With ``b = 1`` grants are at
-least ``1/r`` apart, so any half-open one-second window holds at most ``r`` of them.
+Why reservations: a caller that is told "no slot, come back in x s" wakes late (the sleep overshoots,
+other threads hold the GIL) and every late wake-up is upstream capacity nobody used. Instead the script
+hands each caller the first free slot — possibly in the future — and books it at once; the caller sleeps
+exactly until then and sends. Slots follow GCRA (generic cell rate algorithm): one number per scope, the
+"theoretical arrival time" TAT; a caller's slot is ``max(now, TAT - tau, blocked_until)`` and TAT moves to
+``max(TAT, slot) + 1/r``. With burst 1 (``tau = 0``) slots are at least ``1/r`` apart, however many
+callers reserve at once, so any half-open one-second window of Redis time holds at most ``ceil(r)`` slots.
+Slots already booked stand when the rate changes; the new rate spaces the ones after them.
 
-Time comes from Redis ``TIME`` inside the script, so clock skew between worker machines cannot
-loosen the limit. A denied call reserves nothing: it is told how long until the next slot opens
-and comes back then. That keeps a worker that gives up from holding a slot nobody uses.
+Why headroom: the upstream counts requests when they arrive, not when we granted them, and the path from
+slot to arrival (waking a thread, the GIL, building and sending the request, the network) takes a
+variable time. Slots exactly ``1/r`` apart leave no room for that: if one request's slot-to-arrival delay
+is a few ms longer than that of the request ten slots later, 11 arrive within one upstream second. So the
+caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are
+``1/(r(1-h))`` apart, and any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is
+``10/r · h/(1-h)`` s more than the upstream's one-second window at 10/s (25.6 ms with h = 0.025; in
+general ``r + 1`` consecutive slots span ``h/(1-h)`` s more than a second, whatever the rate). The upstream
+never sees 11 in a second unless one request's slot-to-arrival delay exceeds that of the request ten slots
+later by more than this slack.
 
-Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields ``tat``
-and ``blk`` (``blocked_until``), both integer microseconds of Redis time. A 429's ``Retry-After`` extends
-``blk`` for every worker and never shortens it. The key's TTL covers the later of the two, plus a little, so
-an idle scope disappears and losing it (expiry, FLUSHALL, failover) only forgets state that no longer
-constrains anybody — Redis is a hint (docs/architecture.md, Invariants).
+Why a check before sending: a 429 after slots were handed out must still hold back every caller that has
+not sent yet. `block` moves the scope's ``blocked_until`` forward (never back) for everybody; a caller
+that slept re-reads it (one cheap script call, which also returns Redis' clock, so a caller that woke
+before its slot sleeps the rest) and, if blocked, reserves again — new slots are never before
+``blocked_until``. A reservation further away than the caller's ``max_wait_s`` is not taken: the caller
+gets `LimiterTimeout` and nothing is booked, so the next caller gets that slot.
+
+Why a late caller books again: the slack is sized for ordinary jitter (a few ms), not for a stalled
+process — a full garbage collection in a worker holds every thread for ~40 ms, and the request whose slot
+fell inside it would go out that late and, against the on-time request ten slots later, draw a 429. A
+caller whose check finds it more than `max_late_s` (10 ms) past its slot leaves the slot unused and books
+a new one instead of sending; once per `acquire`, so a host that is always slow still sends rather than
+re-booking for ever. What the check cannot see — a stall between the check and the request reaching the
+upstream — is left to the slack.
+
+Time comes from Redis ``TIME`` inside the script, so clock skew between worker machines cannot loosen the
+limit. Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields
+``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time. The key's TTL covers the
+later of the two, plus a little, so an idle scope disappears. Redis is a hint (docs/architecture.md,
+Invariants): losing the key (expiry, FLUSHALL, failover) forgets the bookings and the block — callers
+already asleep keep their slots while new ones start again from "now", so for at most one round of
+sleepers the spacing is not guaranteed and a 429 (which blocks again) can follow. A Redis clock that steps
+back makes booked slots look further away; callers whose budget does not reach them time out and book
+nothing, and the key expires on its real-time TTL, so the scope heals within the booking horizon.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,13 +64,19 @@ import redis
 # (or fakeredis) renders a number argument. redis.replicate_commands() is needed before a write
 # that follows TIME on Redis 3.2–4 (the default from 5, a no-op kept for compatibility in 7);
 # the guard lets the same script run where it is absent (fakeredis) or removed.
+#
+# ARGV[1] = op, ARGV[2] = TTL slack (ms). Every op returns Redis' "now" last.
+#   reserve: ARGV[3] = interval (us, 0 = unlimited), ARGV[4] = burst tolerance tau (us),
+#            ARGV[5] = the caller's longest wait (us) -> {taken 0/1, slot, now}
+#   check:   -> {blocked_until (0 = never blocked), now}
+#   block:   ARGV[3] = block length (us) -> {max(blocked_until, now), now}
 _LUA: Final = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
 local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local slack_ms = tonumber(ARGV[4])
+local slack_ms = tonumber(ARGV[2])
 local blk = tonumber(redis.call('HGET', key, 'blk') or '0')
 
 local function keep_until(until_us)
@@ -51,8 +84,12 @@ local function keep_until(until_us)
   if ms > 0 then redis.call('PEXPIRE', key, ms) end
 end
 
+if op == 'check' then
+  return {blk, now}
+end
+
 if op == 'block' then
-  local new_blk = now + tonumber(ARGV[2])
+  local new_blk = now + tonumber(ARGV[3])
   if new_blk > blk then
     blk = new_blk
     redis.call('HSET', key, 'blk', string.format('%.0f', blk))
@@ -62,27 +99,33 @@ if op == 'block' then
   return {math.max(blk, now), now}
 end
 
--- op == 'take': ARGV[2] = emission interval (0 = unlimited), ARGV[3] = burst tolerance, in us.
-if blk > now then return {0, blk - now, now} end
-local interval = tonumber(ARGV[2])
-if interval <= 0 then return {1, 0, now} end
-local tau = tonumber(ARGV[3])
+-- op == 'reserve'
+local interval = tonumber(ARGV[3])
+local tau = tonumber(ARGV[4])
+local max_wait = tonumber(ARGV[5])
+local slot = math.max(now, blk)
+if interval <= 0 then
+  if slot - now > max_wait then return {0, slot, now} end
+  return {1, slot, now}
+end
 local tat = tonumber(redis.call('HGET', key, 'tat') or '0')
-if tat < now then tat = now end
--- Under a steady rate and a forward clock TAT never exceeds now + tau + interval; a larger
--- value means Redis' clock stepped back or the rate was raised, and must not stall the scope.
-if tat > now + tau + interval then tat = now + tau + interval end
-local allow_at = tat - tau
-if now < allow_at then return {0, allow_at - now, now} end
-tat = tat + interval
+slot = math.max(slot, tat - tau)
+if slot - now > max_wait then return {0, slot, now} end
+tat = math.max(tat, slot) + interval
 redis.call('HSET', key, 'tat', string.format('%.0f', tat))
 keep_until(math.max(tat, blk))
-return {1, 0, now}
+return {1, slot, now}
 """
 
 _US: Final = 1_000_000
 # Extra TTL past the last instant a key matters, so a key never expires while it still binds.
 _TTL_SLACK_MS: Final = 1_000
+# A cap on the wait passed to the script (an infinite budget): ten years, still exact in a double.
+_MAX_WAIT_US: Final = 10 * 365 * 24 * 3600 * _US
+# How late after its slot a caller may still send: about 40 % of the headroom's slack at the default
+# headroom (h/(1-h) s: 25.6 ms), leaving the rest for the time from here to the upstream. Waking is
+# normally well under 5 ms late (bench/limiter_bench.py); what goes past this is a stall.
+DEFAULT_MAX_LATE_S: Final = 0.010
 
 
 class LimiterTimeout(Exception):  # noqa: N818 - the name is the workers' contract
@@ -95,24 +138,49 @@ class LimiterTimeout(Exception):  # noqa: N818 - the name is the workers' contra
 
 
 @dataclass(frozen=True)
-class Decision:
-    """One run of the script: granted or not, how long until the next chance, and Redis' clock.
+class Reservation:
+    """One `reserve`: whether the slot was booked, the slot, and Redis' clock when the script ran.
 
-    `redis_time_us` is exact integer microseconds, so spacing between grants can be compared
-    without float rounding.
+    Times are exact integer microseconds of Redis time, so spacing between slots can be compared
+    without float rounding. A slot that was not taken is the one the caller would have got.
     """
 
-    granted: bool
-    wait_s: float
+    taken: bool
+    slot_us: int
     redis_time_us: int
+
+    @property
+    def wait_s(self) -> float:
+        """Seconds from the script's "now" until the slot (0 when the slot is now)."""
+        return max(0, self.slot_us - self.redis_time_us) / _US
+
+
+@dataclass(frozen=True)
+class ScopeState:
+    """What a caller about to send re-reads: the scope's blocked-until and Redis' clock (µs)."""
+
+    blocked_until_us: int
+    redis_time_us: int
+
+    @property
+    def blocked(self) -> bool:
+        return self.blocked_until_us > self.redis_time_us
 
 
 @dataclass(frozen=True)
 class Grant:
-    """A slot obtained by `acquire_grant`: seconds slept for it and the Redis time of the grant."""
+    """A slot obtained by `acquire_grant`.
+
+    `waited`: seconds slept for it. `slot_us`: the booked slot (Redis time). `redis_time_us`: Redis'
+    clock at the last script call before the caller was let go, never before `slot_us` — the
+    difference is how late the caller woke. `rebooked`: slots booked on the way and left unused
+    (a 429 blocked them, or the caller woke too late to use one).
+    """
 
     waited: float
+    slot_us: int
     redis_time_us: int
+    rebooked: int = 0
 
 
 def scope_for(api_key: str | None, endpoint: str) -> str:
@@ -128,17 +196,36 @@ def scope_for(api_key: str | None, endpoint: str) -> str:
     return f"{fingerprint}:{endpoint}"
 
 
+def with_headroom(rate_per_s: float, headroom: float) -> float:
+    """The rate to ask the limiter for: `rate_per_s × (1 − headroom)`; unlimited (≤ 0) stays unlimited.
+
+    `headroom` must be in [0, 1): 1 would turn a limit into 0 requests/s, which the limiter reads
+    as "unlimited".
+    """
+    if not 0.0 <= headroom < 1.0:
+        raise ValueError(f"headroom must be at least 0 and below 1, got {headroom}")
+    if rate_per_s <= 0 or math.isinf(rate_per_s):
+        return rate_per_s
+    return rate_per_s * (1.0 - headroom)
+
+
 def _interval_us(rate_per_s: float) -> int:
-    """Microseconds between grants; 0 means unlimited.
+    """Microseconds between slots; 0 means unlimited.
 
     Rounded up so that rate × interval ≥ 1 s: at 3/s, 333,334 µs, never 333,333 (which
-    would let a fourth grant into some one-second window).
+    would let a fourth slot into some one-second window).
     """
     if math.isnan(rate_per_s):
         raise ValueError("rate_per_s must be a number")
     if rate_per_s <= 0 or math.isinf(rate_per_s):
         return 0
     return max(1, math.ceil(_US / rate_per_s))
+
+
+def _wait_us(max_wait_s: float) -> int:
+    if max_wait_s < 0 or math.isnan(max_wait_s):
+        raise ValueError(f"max_wait_s must be non-negative, got {max_wait_s}")
+    return _MAX_WAIT_US if max_wait_s * _US >= _MAX_WAIT_US else math.floor(max_wait_s * _US)
 
 
 class RateLimiter:
@@ -154,16 +241,16 @@ class RateLimiter:
         *,
         prefix: str = "factgate:rl",
         sleep: Callable[[float], object] = time.sleep,
-        max_step_s: float = 0.5,
-        jitter: float = 0.1,
+        max_late_s: float = DEFAULT_MAX_LATE_S,
     ) -> None:
-        """`max_step_s` caps one sleep so a waiter re-checks (e.g. after Redis lost the scope);
-        `jitter` spreads waiters woken by the same slot by up to that fraction of the wait."""
+        """`sleep` is injectable so tests can act while a caller waits for its slot. A caller let go more
+        than `max_late_s` after its slot books a new one instead of sending (once per `acquire`)."""
+        if not max_late_s >= 0:
+            raise ValueError(f"max_late_s must be non-negative, got {max_late_s}")
         self._redis = redis
         self._prefix = prefix
         self._sleep = sleep
-        self._max_step_s = max_step_s
-        self._jitter = jitter
+        self._max_late_us = math.floor(max_late_s * _US)
         # register_script runs EVALSHA and, on NOSCRIPT (SCRIPT FLUSH, restart, failover),
         # loads the script once and retries — the limiter survives Redis being flushed.
         self._script = redis.register_script(_LUA)
@@ -172,51 +259,70 @@ class RateLimiter:
         """The Redis key holding a scope's state."""
         return f"{self._prefix}:{scope}"
 
-    def attempt(self, scope: str, rate_per_s: float, burst: int = 1) -> Decision:
-        """Run the script once: take a slot if one is free now, else say how long until one is."""
+    def reserve(self, scope: str, rate_per_s: float, burst: int = 1, max_wait_s: float = 60.0) -> Reservation:
+        """Run the script once: book the first free slot unless it is more than `max_wait_s` away.
+
+        `rate_per_s` ≤ 0 means unlimited (a 429 block still applies: that is upstream's word).
+        `burst` = 1 spaces slots strictly 1/rate apart; larger lets that many go back to back.
+        """
         if burst < 1:
             raise ValueError(f"burst must be at least 1, got {burst}")
         interval = _interval_us(rate_per_s)
         tau = (burst - 1) * interval
-        granted, wait_us, now_us = self._script(
-            keys=[self.key(scope)], args=["take", interval, tau, _TTL_SLACK_MS]
+        taken, slot_us, now_us = self._script(
+            keys=[self.key(scope)],
+            args=["reserve", _TTL_SLACK_MS, interval, tau, _wait_us(max_wait_s)],
         )
-        return Decision(granted=bool(granted), wait_s=int(wait_us) / _US, redis_time_us=int(now_us))
+        return Reservation(taken=bool(taken), slot_us=int(slot_us), redis_time_us=int(now_us))
+
+    def state(self, scope: str) -> ScopeState:
+        """Read the scope's blocked-until and Redis' clock (writes nothing)."""
+        blocked_until_us, now_us = self._script(keys=[self.key(scope)], args=["check", _TTL_SLACK_MS])
+        return ScopeState(blocked_until_us=int(blocked_until_us), redis_time_us=int(now_us))
 
     def try_acquire(self, scope: str, rate_per_s: float, burst: int = 1) -> float:
-        """0.0 if a slot was granted now, else seconds to wait before trying again.
-
-        `rate_per_s` ≤ 0 means unlimited (a 429 block still applies: that is upstream's word).
-        `burst` = 1 spaces grants strictly 1/rate apart; larger lets that many go back to back.
-        """
-        decision = self.attempt(scope, rate_per_s, burst)
-        return 0.0 if decision.granted else max(decision.wait_s, 1e-6)
+        """0.0 if a slot is free now (and is taken), else seconds until the next one (nothing booked)."""
+        reservation = self.reserve(scope, rate_per_s, burst, max_wait_s=0.0)
+        return 0.0 if reservation.taken else max(reservation.wait_s, 1e-6)
 
     def acquire_grant(self, scope: str, rate_per_s: float, burst: int = 1, max_wait_s: float = 60.0) -> Grant:
-        """Like `acquire`, also returning the Redis time at which the slot was granted."""
-        if max_wait_s < 0 or math.isnan(max_wait_s):
-            raise ValueError(f"max_wait_s must be non-negative, got {max_wait_s}")
+        """Like `acquire`, also returning the slot and the Redis time the caller was let go."""
+        _wait_us(max_wait_s)  # validate before anything is booked
         waited = 0.0
+        rebooked = 0
+        late_rebook_left = True
         while True:
-            decision = self.attempt(scope, rate_per_s, burst)
-            if decision.granted:
-                return Grant(waited=waited, redis_time_us=decision.redis_time_us)
-            # The suggested wait is a lower bound on when a slot can open (an exact one while
-            # blocked), so a wait past the budget cannot end in a grant: fail now, not later.
-            if waited + decision.wait_s > max_wait_s:
+            reservation = self.reserve(scope, rate_per_s, burst, max(0.0, max_wait_s - waited))
+            if not reservation.taken:
                 raise LimiterTimeout(scope, waited)
-            step = min(decision.wait_s, self._max_step_s)
-            step += step * self._jitter * random.random()  # noqa: S311 - spreading, not secrecy
-            step = min(step, max_wait_s - waited)
-            self._sleep(step)
-            waited += step
+            now_us = reservation.redis_time_us
+            if reservation.slot_us <= now_us:
+                # Free now: nothing can have happened between booking and sending.
+                return Grant(waited, reservation.slot_us, now_us, rebooked)
+            state = ScopeState(blocked_until_us=0, redis_time_us=now_us)
+            while state.redis_time_us < reservation.slot_us:
+                step = (reservation.slot_us - state.redis_time_us) / _US
+                self._sleep(step)
+                waited += step
+                state = self.state(scope)
+            late_us = state.redis_time_us - reservation.slot_us
+            if not state.blocked and (late_us <= self._max_late_us or not late_rebook_left):
+                return Grant(waited, reservation.slot_us, state.redis_time_us, rebooked)
+            # Either a 429 arrived after this slot was booked and the block covers it, or this
+            # process stalled past the slot (a full garbage collection, a descheduled thread) and
+            # sending now would land in the next requests' upstream second. Book again — behind the
+            # block, or at the end of the queue — within what is left of the budget; the slot goes
+            # unused. Lateness re-books once per call, so a uniformly slow host still sends.
+            rebooked += 1
+            if not state.blocked:
+                late_rebook_left = False
 
     def acquire(self, scope: str, rate_per_s: float, burst: int = 1, max_wait_s: float = 60.0) -> float:
-        """Block until a slot is granted; return the seconds slept for it.
+        """Book a slot, sleep until it, and return the seconds slept for it.
 
-        Sleeps the script's suggested wait in steps of at most `max_step_s`, and raises
-        `LimiterTimeout` once the wait would pass `max_wait_s`. Waiting here, rather than
-        re-queueing the task with a countdown, keeps messages in order and the queue quiet.
+        Raises `LimiterTimeout` (booking nothing) when the first free slot, or after a 429 the first
+        slot past the block, is further away than what remains of `max_wait_s`. Waiting here, rather
+        than re-queueing the task with a countdown, keeps messages in order and the queue quiet.
         """
         return self.acquire_grant(scope, rate_per_s, burst, max_wait_s).waited
 
@@ -228,6 +334,6 @@ class RateLimiter:
             raise ValueError(f"seconds must be a finite number, got {seconds}")
         block_us = max(0, math.ceil(seconds * _US))
         blocked_until_us, _now_us = self._script(
-            keys=[self.key(scope)], args=["block", block_us, 0, _TTL_SLACK_MS]
+            keys=[self.key(scope)], args=["block", _TTL_SLACK_MS, block_us]
         )
         return int(blocked_until_us) / _US

@@ -26,7 +26,7 @@ def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -
     except ValueError as exc:
         return Failed(str(exc))
     try:
-        response: SearchResponse = calls.run(lambda: ctx.client.search(body))
+        response: SearchResponse = calls.run(lambda: calls.client.search(body))
     except StepError as exc:
         return calls.failed(exc, {"kind": "quote", "started_at": started})
     raw = [{"title": r.title, "url": r.url, "snippet": r.snippet, "date": r.date} for r in response.results]
@@ -48,7 +48,7 @@ def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -
 
 
 def _decide(calls: Calls, body: dict[str, Any], model: str) -> tuple[Decision, dict[str, Any]]:
-    decision: Decision = calls.run(lambda: calls.ctx.client.decide(body), model)
+    decision: Decision = calls.run(lambda: calls.client.decide(body), model)
     facts = {
         **call_facts(decision.record),
         "input_tokens": decision.input_tokens,

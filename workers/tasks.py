@@ -23,6 +23,7 @@ from config.logging import bind
 from jobs.finalize import maybe_finalize
 from jobs.flows import Step, advance_question, stalled_questions
 from jobs.items import Exhausted, claim_item, fail_item, finish_item, release_item, skip_item
+from jobs.keyring import KeyringError
 from jobs.records import ClaimedItem
 from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.sweeper import expire_leases, live_job_ids
@@ -137,8 +138,12 @@ def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     handler = HANDLERS.get(item.stage)
     if handler is None:
         return Failed(f"no handler for item stage {item.stage!r}")
-    calls = Calls(ctx, item)
+    calls = Calls(ctx, item, ctx.client)
     try:
+        try:
+            calls.client, calls.own_key = ctx.client_for(item.tenant_id)
+        except KeyringError as exc:
+            return Failed(f"the tenant's own upstream key cannot be used: {exc}")
         skipped = budget_skip(ctx, item)
         if skipped is not None:
             return skipped

@@ -1,0 +1,92 @@
+"""The bundled simulator, served as `factgate simulator` serves it, that also records when each request
+reached its rate limiter.
+
+Why: whether we stay under the upstream's limit is decided where requests arrive, not where our limiter
+granted them. The simulator's sliding window (10 per any 1 s) refuses the 11th request inside one second;
+the arrival times it judged by show how close a run came to that (the closest 11 consecutive arrivals)
+and whether the pipeline kept the limiter fed (gaps between arrivals). The clock is the simulator's own
+(`time.monotonic`, system-wide on Linux, so a benchmark on the same machine can relate it to its own).
+
+    python -m bench._sim_recorder --port 8700 --decisions-rps 10 --latency 0.3
+
+`GET /bench/arrivals?key=KEY&endpoint=decisions[&reset=1]` answers `{"arrivals": [[t, accepted], ...]}`
+for that bearer key in arrival order; `reset=1` forgets what it returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Mapping
+
+from flask import Response, request
+
+from simulator.app import create_app, simulator_state
+from simulator.config import SimConfig
+from simulator.limits import RateLimiter
+from simulator.server import run_in_thread
+
+
+class RecordingLimiter(RateLimiter):
+    """The simulator's limiter, keeping (time it judged by, key, endpoint, accepted) per request."""
+
+    def __init__(self, limits: Mapping[str, float]) -> None:
+        self._local = threading.local()
+        self._log_lock = threading.Lock()
+        self.log: list[tuple[float, str, str, bool]] = []
+        super().__init__(limits, self._clock)
+
+    def _clock(self) -> float:
+        now = time.monotonic()
+        self._local.now = now
+        return now
+
+    def try_acquire(self, api_key: str, endpoint: str) -> bool:
+        self._local.now = None
+        accepted = super().try_acquire(api_key, endpoint)
+        at = self._local.now if self._local.now is not None else time.monotonic()
+        with self._log_lock:
+            self.log.append((at, api_key, endpoint, accepted))
+        return accepted
+
+    def take(self, api_key: str, endpoint: str, reset: bool) -> list[tuple[float, bool]]:
+        with self._log_lock:
+            mine = [(t, ok) for t, k, e, ok in self.log if k == api_key and e == endpoint]
+            if reset:
+                self.log = [row for row in self.log if not (row[1] == api_key and row[2] == endpoint)]
+        return sorted(mine)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--decisions-rps", type=float, default=SimConfig().decisions_rps)
+    ap.add_argument("--latency", type=float, default=0.0)
+    args = ap.parse_args()
+
+    config = SimConfig(decisions_rps=args.decisions_rps, latency_s=args.latency)
+    app = create_app(config)
+    state = simulator_state(app)
+    recorder = RecordingLimiter(
+        {"decisions": config.decisions_rps, "search": config.search_rps, "agent": config.agent_rps}
+    )
+    state.limiter = recorder
+
+    def arrivals() -> Response:
+        rows = recorder.take(
+            request.args.get("key", ""),
+            request.args.get("endpoint", "decisions"),
+            request.args.get("reset") == "1",
+        )
+        return Response(json.dumps({"arrivals": rows}), 200, content_type="application/json")
+
+    app.add_url_rule("/bench/arrivals", endpoint="bench_arrivals", view_func=arrivals, methods=["GET"])
+    running = run_in_thread(config, args.port, app=app)
+    print(f"recording simulator serving {running.base_url}", flush=True)
+    threading.Event().wait()  # until the benchmark terminates the process
+
+
+if __name__ == "__main__":
+    main()
