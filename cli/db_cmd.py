@@ -84,12 +84,16 @@ def tokens_list(tenant: str | None) -> None:
 @tokens.command("revoke")
 @click.argument("token_id_or_prefix")
 def tokens_revoke(token_id_or_prefix: str) -> None:
-    """Revoke a token by id or display prefix."""
+    """Revoke a token by id or display prefix; the page sessions it opened end with it."""
+    from jobs.sessions import end_sessions_of_revoked_tokens
     from jobs.tenancy import revoke_token
     from models import session_scope
 
     with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
         n = revoke_token(session, token_id_or_prefix)
+        ended = end_sessions_of_revoked_tokens(session) if n else 0
     if not n:
         raise click.ClickException(f"no active token {token_id_or_prefix!r}")
     click.echo("revoked")
+    if ended:
+        click.echo(f"ended {ended} page session(s) it had opened", err=True)
