@@ -106,6 +106,11 @@ SCHEMAS: dict[str, Any] = {
                         "message counts the rest).",
                         "items": _ref("RowError"),
                     },
+                    "job_id": {
+                        "type": "string",
+                        "format": "uuid",
+                        "description": "`idempotency_conflict`: the job that holds the Idempotency-Key.",
+                    },
                 },
             }
         },
@@ -559,8 +564,11 @@ PATHS: dict[str, Any] = {
                     "in": "header",
                     "required": False,
                     "description": (
-                        "Retry-safe submission: if this tenant already created a job with this key, that "
-                        "job is returned with 200 and the body is not read or compared. "
+                        "Retry-safe submission: if this tenant already created a job with this key from "
+                        "the same submission — the same format (JSON or NDJSON), the same query parameters "
+                        "in any order and the same body bytes — that job is returned with 200 (the body is "
+                        "hashed, not validated again). The same key with anything else is a 409 "
+                        "`idempotency_conflict` naming the job that holds it, and nothing is stored. "
                         f"At most {MAX_IDEMPOTENCY_KEY_CHARS} characters."
                     ),
                     "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY_CHARS},
@@ -587,6 +595,10 @@ PATHS: dict[str, Any] = {
                     "unknown kind. `errors` lists every row problem."
                 ),
                 "401": UNAUTHORIZED,
+                "409": _error(
+                    "`idempotency_conflict`: the Idempotency-Key was already used for another submission "
+                    "(`field` is `Idempotency-Key`, `job_id` the job that holds it). Nothing is stored."
+                ),
                 "413": _error("Body larger than FACTGATE_MAX_BODY_BYTES."),
                 "415": _error("Content-Type is neither application/json nor application/x-ndjson."),
             },
