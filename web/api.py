@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import logging
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
 from sqlalchemy import text
 
 from checks.options import OptionsError
+from checks.usage import DayRange, RangeError, parse_day_range
 from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.intake import create_job, find_idempotent, same_submission
 from jobs.queries import get_job, iter_unsuccessful_items, list_jobs, lookup_request
+from jobs.usage import tenant_usage
 from models import JOB_KINDS, JOB_STATUSES, Job
 from web.auth import current_tenant, require_tenant
 from web.body import Readable, check_declared_length, drain, iter_body_lines, read_json_body
@@ -342,6 +345,27 @@ def lookup_request_view(request_id: str) -> Response:
             ],
         }
     )
+
+
+# --- usage ---------------------------------------------------------------------------------------------
+
+
+def usage_range() -> DayRange:
+    """The `from`/`to` query parameters (UTC days), or a 400 naming the one that is wrong."""
+    try:
+        return parse_day_range(
+            request.args.get("from"), request.args.get("to"), today=datetime.now(UTC).date()
+        )
+    except RangeError as exc:
+        raise invalid(exc.message, field=exc.field) from None
+
+
+@api.get("/usage", endpoint="usage")
+def usage_view() -> Response:
+    """The caller's upstream usage per UTC day, by endpoint and model, with totals (from `api_calls`)."""
+    _reject_unknown_params(("from", "to"))
+    days = usage_range()
+    return _json(tenant_usage(db_session(), current_tenant().id, days).as_dict())
 
 
 # --- unauthenticated -----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from flask import (
@@ -43,6 +44,7 @@ from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_jo
 from web.pages_format import register_filters
 from web.pages_jobs import job_view, progress_payload
 from web.pages_reports import report_context
+from web.pages_usage import usage_page
 from web.security import csrf, init_security, report_csp
 from web.session import EXTENSION, db_session, resources
 from workers.api import enqueue_start
@@ -313,6 +315,15 @@ def report_file(job_id: str) -> Response:
     resp = _download(job, generate(), "text/html", f"factgate-{job.id}-report.html")
     resp.headers["Content-Security-Policy"] = csp
     return resp
+
+
+# --- usage -----------------------------------------------------------------------------------------------
+
+
+@pages.get("/usage")
+def usage() -> tuple[str, int]:
+    page, status = usage_page(db_session(), current_tenant().id, request.args, today=datetime.now(UTC).date())
+    return render_template("usage.html", page=page), status
 
 
 # --- support ---------------------------------------------------------------------------------------------
