@@ -70,7 +70,7 @@ def tokens_create(tenant: str, name: str | None) -> None:
 @tokens.command("list")
 @click.option("--tenant", default=None)
 def tokens_list(tenant: str | None) -> None:
-    """List tokens (display prefix only)."""
+    """List tokens (display prefix only), with when each was last used (to the minute)."""
     from jobs.tenancy import list_tokens
     from models import session_scope
 
@@ -78,7 +78,8 @@ def tokens_list(tenant: str | None) -> None:
         rows = list_tokens(session, tenant)
     for t in rows:
         state = f"revoked {t.revoked_at:%Y-%m-%d}" if t.revoked_at else "active"
-        click.echo(f"{t.token_id}  {t.prefix}…  {t.tenant_name:20}  {t.name:20}  {state}")
+        used = f"last used {t.last_used_at:%Y-%m-%d %H:%M} UTC" if t.last_used_at else "never used"
+        click.echo(f"{t.token_id}  {t.prefix}…  {t.tenant_name:20}  {t.name:20}  {state:18}  {used}")
 
 
 @tokens.command("revoke")
