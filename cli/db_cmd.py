@@ -70,7 +70,7 @@ def tokens_create(tenant: str, name: str | None) -> None:
 @tokens.command("list")
 @click.option("--tenant", default=None)
 def tokens_list(tenant: str | None) -> None:
-    """List tokens (display prefix only)."""
+    """List tokens (display prefix only), with when each was last used (to the minute)."""
     from jobs.tenancy import list_tokens
     from models import session_scope
 
@@ -78,18 +78,23 @@ def tokens_list(tenant: str | None) -> None:
         rows = list_tokens(session, tenant)
     for t in rows:
         state = f"revoked {t.revoked_at:%Y-%m-%d}" if t.revoked_at else "active"
-        click.echo(f"{t.token_id}  {t.prefix}…  {t.tenant_name:20}  {t.name:20}  {state}")
+        used = f"last used {t.last_used_at:%Y-%m-%d %H:%M} UTC" if t.last_used_at else "never used"
+        click.echo(f"{t.token_id}  {t.prefix}…  {t.tenant_name:20}  {t.name:20}  {state:18}  {used}")
 
 
 @tokens.command("revoke")
 @click.argument("token_id_or_prefix")
 def tokens_revoke(token_id_or_prefix: str) -> None:
-    """Revoke a token by id or display prefix."""
+    """Revoke a token by id or display prefix; the page sessions it opened end with it."""
+    from jobs.sessions import end_sessions_of_revoked_tokens
     from jobs.tenancy import revoke_token
     from models import session_scope
 
     with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
         n = revoke_token(session, token_id_or_prefix)
+        ended = end_sessions_of_revoked_tokens(session) if n else 0
     if not n:
         raise click.ClickException(f"no active token {token_id_or_prefix!r}")
     click.echo("revoked")
+    if ended:
+        click.echo(f"ended {ended} page session(s) it had opened", err=True)

@@ -2,8 +2,9 @@
 
 The pages blueprint renders `/jobs/<id>/report.html` (one self-contained file: inline CSS, no script,
 a simulator banner when the simulator answered). Locally we ask the in-process app for it as the
-CLI's tenant — a browser session is set on the test client, no sign-in form — so the file is exactly
-what a user downloads from the job page.
+CLI's tenant — a page session is opened with the CLI's own token and put on the test client's cookie,
+no sign-in form, and ended once the file is read — so the file is exactly what a user downloads from
+the job page.
 """
 
 from __future__ import annotations
@@ -23,18 +24,31 @@ def default_report_path(target: Target, job_id: str) -> Path:
 
 def write_local_report(target: Target, job_id: str, path: Path | None = None) -> Path:
     """Render the job's report with the app in this process and write it; returns the absolute path."""
-    from web.pages import SESSION_TENANT
+    from jobs.sessions import end_session, live_token, open_session
+    from models import session_scope
+    from web.page_session import SESSION_KEY
+    from web.session import EXTENSION
 
-    if target.app is None or target.tenant_id is None:
+    if target.app is None or target.tenant_id is None or target.token is None:
         raise CliError("an HTML report file can only be written for a local job; open the job page instead")
     out = (path or default_report_path(target, job_id)).resolve()
-    with target.app.test_client() as browser:
-        with browser.session_transaction() as session:
-            session[SESSION_TENANT] = str(target.tenant_id)
-        response = browser.get(f"/jobs/{job_id}/report.html")
-        if response.status_code != 200:
-            raise CliError(f"could not render the report of job {job_id} (HTTP {response.status_code})")
-        body = response.get_data()
+    sessions = target.app.extensions[EXTENSION].sessions
+    with session_scope(sessions) as db:
+        credential = live_token(db, target.token)
+        if credential is None:
+            raise CliError("the CLI's local token has been revoked; run the command again for a new one")
+        opened = open_session(db, credential.token, user_agent="factgate-cli report")
+    try:
+        with target.app.test_client() as browser:
+            with browser.session_transaction() as cookie:
+                cookie[SESSION_KEY] = opened.secret
+            response = browser.get(f"/jobs/{job_id}/report.html")
+            if response.status_code != 200:
+                raise CliError(f"could not render the report of job {job_id} (HTTP {response.status_code})")
+            body = response.get_data()
+    finally:
+        with session_scope(sessions) as db:
+            end_session(db, opened.secret)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(body)

@@ -16,7 +16,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,7 @@ class Target:
     settings: Settings | None = None  # local only
     app: Flask | None = None  # local only
     tenant_id: uuid.UUID | None = None  # local only
+    token: str | None = field(default=None, repr=False)  # local only: the CLI's own token
     worker: EmbeddedWorker | None = None  # local, in-memory broker only
 
     @property
@@ -126,7 +127,9 @@ def _local_target(run_worker: bool) -> Iterator[Target]:
     try:
         if worker is not None:
             worker.start()
-        yield Target(client=client, settings=settings, app=app, tenant_id=tenant_id, worker=worker)
+        yield Target(
+            client=client, settings=settings, app=app, tenant_id=tenant_id, token=token, worker=worker
+        )
     finally:
         if worker is not None:
             worker.stop()

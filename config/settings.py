@@ -36,6 +36,18 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number, got {raw!r}") from exc
 
 
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 1/true/yes/on or 0/false/no/off, got {raw!r}")
+
+
 def _str(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -85,11 +97,30 @@ class Settings:
 
     # Web.
     secret_key: str | None = field(default=None, repr=False)
+    # A page session ends after this long without a page request (background polls do not count) ...
+    session_idle_s: int = 8 * 3600
+    # ... and this long after sign-in, whatever the activity.
+    session_max_s: int = 7 * 24 * 3600
+    # Proxies in front of the web process whose X-Forwarded-For/-Proto/-Host/-Port are believed (0: none).
+    trust_proxy: int = 0
+    # Always mark the session cookie Secure (a TLS proxy that does not say so in X-Forwarded-Proto).
+    cookie_secure: bool = False
+    # Strict-Transport-Security max-age sent on responses served over https (0: no header).
+    hsts_max_age_s: int = 365 * 24 * 3600
 
     # Fernet keys that encrypt tenants' own upstream keys at rest; the first encrypts, all decrypt.
     encryption_keys: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
+        """Refuse values that would silently mean something else, where the settings are made."""
+        if self.session_idle_s <= 0 or self.session_max_s <= 0:
+            raise ValueError("FACTGATE_SESSION_IDLE_S and FACTGATE_SESSION_MAX_S must be above 0")
+        if self.trust_proxy < 0:
+            raise ValueError(
+                f"FACTGATE_TRUST_PROXY is a number of proxies (0 or more), got {self.trust_proxy}"
+            )
+        if self.hsts_max_age_s < 0:
+            raise ValueError(f"FACTGATE_HSTS_MAX_AGE_S must be 0 or more, got {self.hsts_max_age_s}")
         # A headroom of 1 or more would turn every limit into "0 requests/s", which the limiter reads as
         # unlimited: refuse it where the settings are made, not at the first upstream call.
         if not 0.0 <= self.limiter_headroom < 1.0:
@@ -161,4 +192,9 @@ class Settings:
             encryption_keys=tuple(
                 k.strip() for k in (_str(e, "FACTGATE_ENCRYPTION_KEYS") or "").split(",") if k.strip()
             ),
+            session_idle_s=_int(e, "FACTGATE_SESSION_IDLE_S", 8 * 3600),
+            session_max_s=_int(e, "FACTGATE_SESSION_MAX_S", 7 * 24 * 3600),
+            trust_proxy=_int(e, "FACTGATE_TRUST_PROXY", 0),
+            cookie_secure=_bool(e, "FACTGATE_COOKIE_SECURE", False),
+            hsts_max_age_s=_int(e, "FACTGATE_HSTS_MAX_AGE_S", 365 * 24 * 3600),
         )

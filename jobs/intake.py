@@ -56,6 +56,12 @@ def find_idempotent(session: Session, tenant_id: uuid.UUID, key: str | None) -> 
     return session.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key))
 
 
+def same_submission(job: Job, submission_sha256: str | None) -> bool:
+    """Whether a submission with this fingerprint is the one that created `job` (its Idempotency-Key
+    may return it). A job stored before fingerprints were recorded matches any submission."""
+    return job.submission_sha256 is None or job.submission_sha256 == submission_sha256
+
+
 def create_job(
     session: Session,
     *,
@@ -67,11 +73,12 @@ def create_job(
     metadata: dict[str, Any] | None = None,
     warnings: Sequence[str] = (),
     simulated: bool = False,
+    submission_sha256: str | None = None,
 ) -> tuple[Job, bool]:
     """Insert the job (status `queued`) and its items; returns (job, created).
 
     With an Idempotency-Key already used by this tenant, the existing job is returned and nothing
-    is inserted (created is False).
+    is inserted (created is False); the caller compares fingerprints (`same_submission`).
     """
     existing = find_idempotent(session, tenant_id, idempotency_key)
     if existing is not None:
@@ -89,6 +96,7 @@ def create_job(
         status="queued",
         options=options,
         idempotency_key=idempotency_key or None,
+        submission_sha256=submission_sha256,
         meta=metadata or {},
         total_items=len(units),
         warnings=list(warnings),

@@ -1,14 +1,17 @@
-"""Usage and cost of a job, summed from its `api_calls` rows (one row per HTTP attempt)."""
+"""Usage and cost summed from `api_calls` rows (one row per HTTP attempt): a job's, and a tenant's by day."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Date, cast, func, select
 from sqlalchemy.orm import Session
 
+from checks.usage import DayRange
 from jobs.items import NO_USAGE, ItemUsage
 from models import ApiCall
 
@@ -75,3 +78,132 @@ def spent_usd(session: Session, job_id: uuid.UUID) -> float:
         session.scalar(select(func.coalesce(func.sum(ApiCall.cost_usd), 0.0)).where(ApiCall.job_id == job_id))
         or 0.0
     )
+
+
+# --- a tenant's usage by day -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageFigures:
+    """What a set of `api_calls` rows adds up to. `requests` counts HTTP attempts, failed ones too."""
+
+    requests: int = 0
+    searches: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def plus(self, other: UsageFigures) -> UsageFigures:
+        return UsageFigures(
+            self.requests + other.requests,
+            self.searches + other.searches,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "searches": self.searches,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+NO_FIGURES = UsageFigures()
+
+
+@dataclass(frozen=True)
+class UsageBreakdown:
+    """Figures in total, by endpoint and by model (None: calls that recorded no model)."""
+
+    totals: UsageFigures = NO_FIGURES
+    by_endpoint: dict[str, UsageFigures] = field(default_factory=dict)
+    by_model: dict[str | None, UsageFigures] = field(default_factory=dict)
+
+    def add(self, endpoint: str, model: str | None, figures: UsageFigures) -> UsageBreakdown:
+        by_endpoint = dict(self.by_endpoint)
+        by_endpoint[endpoint] = by_endpoint.get(endpoint, NO_FIGURES).plus(figures)
+        by_model = dict(self.by_model)
+        by_model[model] = by_model.get(model, NO_FIGURES).plus(figures)
+        return UsageBreakdown(self.totals.plus(figures), by_endpoint, by_model)
+
+    def ranked_endpoints(self) -> list[tuple[str, UsageFigures]]:
+        """Endpoints, most expensive first (then most requests, then by name)."""
+        return sorted(self.by_endpoint.items(), key=_rank)
+
+    def ranked_models(self) -> list[tuple[str | None, UsageFigures]]:
+        """Models, most expensive first; None is the calls that recorded no model."""
+        return sorted(self.by_model.items(), key=_rank)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Totals and the two breakdowns as ranked lists (a model may be null)."""
+        return {
+            **self.totals.as_dict(),
+            "by_endpoint": [{"endpoint": name, **f.as_dict()} for name, f in self.ranked_endpoints()],
+            "by_model": [{"model": name, **f.as_dict()} for name, f in self.ranked_models()],
+        }
+
+
+def _rank(item: tuple[str | None, UsageFigures]) -> tuple[float, int, str]:
+    return (-item[1].cost_usd, -item[1].requests, item[0] or "")
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """A tenant's usage over a range of UTC days: every day (empty ones too), and the whole range."""
+
+    period: DayRange
+    total: UsageBreakdown
+    days: list[tuple[date, UsageBreakdown]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "object": "usage",
+            "from": self.period.start.isoformat(),
+            "to": self.period.end.isoformat(),
+            "days": self.period.days,
+            "timezone": "UTC",
+            "totals": self.total.as_dict(),
+            "daily": [{"date": day.isoformat(), **usage.as_dict()} for day, usage in self.days],
+        }
+
+
+def _utc_day(dialect: str) -> ColumnElement[Any]:
+    """The UTC calendar day of a call: Postgres converts the timestamptz explicitly (the connection's
+    time zone must not matter); SQLite stores UTC text, whose first ten characters are the day."""
+    if dialect == "postgresql":
+        return cast(func.timezone("UTC", ApiCall.created_at), Date)
+    return func.date(ApiCall.created_at)
+
+
+def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> TenantUsage:
+    """Sums over the tenant's `api_calls` in the range, by day, endpoint and model, computed by the
+    database (through `ix_api_calls_tenant_created`); only those few grouped rows come back."""
+    start = datetime.combine(days.start, time.min, tzinfo=UTC)
+    end = datetime.combine(days.end + timedelta(days=1), time.min, tzinfo=UTC)
+    day = _utc_day(session.get_bind().dialect.name).label("day")
+    rows = session.execute(
+        select(
+            day,
+            ApiCall.endpoint,
+            ApiCall.model,
+            func.count(),
+            func.coalesce(func.sum(ApiCall.searches), 0),
+            func.coalesce(func.sum(ApiCall.input_tokens), 0),
+            func.coalesce(func.sum(ApiCall.output_tokens), 0),
+            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+        )
+        .where(ApiCall.tenant_id == tenant_id, ApiCall.created_at >= start, ApiCall.created_at < end)
+        .group_by(day, ApiCall.endpoint, ApiCall.model)
+    ).all()
+    per_day: dict[date, UsageBreakdown] = {d: UsageBreakdown() for d in days.dates()}
+    total = UsageBreakdown()
+    for raw_day, endpoint, model, calls, searches, tokens_in, tokens_out, cost in rows:
+        when = raw_day if isinstance(raw_day, date) else date.fromisoformat(str(raw_day))
+        figures = UsageFigures(int(calls), int(searches), int(tokens_in), int(tokens_out), float(cost))
+        per_day[when] = per_day.get(when, UsageBreakdown()).add(endpoint, model, figures)
+        total = total.add(endpoint, model, figures)
+    return TenantUsage(period=days, total=total, days=sorted(per_day.items()))

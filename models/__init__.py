@@ -12,6 +12,7 @@ from models.jobs import (
     Item,
     Job,
 )
+from models.sessions import SESSION_END_REASONS, WebSession
 from models.tenancy import ApiToken, Tenant
 
 __all__ = [
@@ -20,12 +21,14 @@ __all__ = [
     "JOB_KINDS",
     "JOB_LIVE_STATUSES",
     "JOB_STATUSES",
+    "SESSION_END_REASONS",
     "ApiCall",
     "ApiToken",
     "Base",
     "Item",
     "Job",
     "Tenant",
+    "WebSession",
     "make_engine",
     "make_session_factory",
     "session_scope",

@@ -61,6 +61,9 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default="validating")
     options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), default=None)
+    # sha256 of what was submitted (content type, query parameters, body bytes): a reused Idempotency-Key
+    # with anything else is a conflict, not this job. Null for jobs created before it was recorded.
+    submission_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
     # `metadata` is reserved by SQLAlchemy's declarative base, hence the attribute name.
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
     total_items: Mapped[int] = mapped_column(Integer, default=0)

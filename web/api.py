@@ -9,22 +9,34 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
 from sqlalchemy import text
 
 from checks.options import OptionsError
+from checks.usage import DayRange, RangeError, parse_day_range
 from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
-from jobs.intake import create_job, find_idempotent
+from jobs.intake import create_job, find_idempotent, same_submission
 from jobs.queries import get_job, iter_unsuccessful_items, list_jobs, lookup_request
 from jobs.quotas import QuotaExceeded, check_items, check_submission
+from jobs.usage import tenant_usage
 from models import JOB_KINDS, JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant
-from web.body import check_declared_length, iter_body_lines, read_json_body
-from web.errors import QUOTA_EXCEEDED, UNSUPPORTED_MEDIA, ApiError, conflict, invalid, not_found
+from web.body import Readable, check_declared_length, drain, iter_body_lines, read_json_body
+from web.errors import (
+    IDEMPOTENCY_CONFLICT,
+    QUOTA_EXCEEDED,
+    UNSUPPORTED_MEDIA,
+    ApiError,
+    conflict,
+    invalid,
+    not_found,
+)
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
+from web.fingerprint import SubmissionFingerprint
 from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings
@@ -73,21 +85,13 @@ def _reject_unknown_params(allowed: tuple[str, ...]) -> None:
 # --- intake --------------------------------------------------------------------------------------------
 
 
-def _prepare_submission() -> PreparedJob:
-    """Validate the whole submission (JSON or NDJSON) or raise the one 4xx that names the problem."""
-    cfg = settings()
-    limit = cfg.max_body_bytes
+def _body_format() -> str:
+    """`json` or `ndjson` from the Content-Type, or 415."""
     mimetype = request.mimetype
     if mimetype in NDJSON_TYPES:
-        check_declared_length(limit)
-        # The lines are read lazily: kind, options and metadata (query parameters) are checked first.
-        lines = (line for _n, line in iter_body_lines(request.stream, limit))
-        return prepare_ndjson(request.args, lines, cfg)
+        return "ndjson"
     if mimetype in JSON_TYPES:
-        if request.args:
-            _reject_unknown_params(())
-        body = read_json_body(limit, loads=loads_strict)
-        return prepare_json(body, cfg)
+        return "json"
     shown = mimetype or "none"
     raise ApiError(
         415,
@@ -97,19 +101,57 @@ def _prepare_submission() -> PreparedJob:
     )
 
 
+def _prepare_submission(body_format: str, body: Readable) -> PreparedJob:
+    """Validate the whole submission (JSON or NDJSON) read from `body`, or raise the one 4xx that names
+    the problem."""
+    cfg = settings()
+    limit = cfg.max_body_bytes
+    if body_format == "ndjson":
+        check_declared_length(limit)
+        # The lines are read lazily: kind, options and metadata (query parameters) are checked first.
+        lines = (line for _n, line in iter_body_lines(body, limit))
+        return prepare_ndjson(request.args, lines, cfg)
+    if request.args:
+        _reject_unknown_params(())
+    document = read_json_body(limit, loads=loads_strict, stream=body)
+    return prepare_json(document, cfg)
+
+
+def _idempotent_reply(job: Job, fingerprint: str) -> Response:
+    """200 with the job an Idempotency-Key created, if this is the submission that created it; else 409."""
+    if not same_submission(job, fingerprint):
+        raise ApiError(
+            409,
+            IDEMPOTENCY_CONFLICT,
+            f"this Idempotency-Key was already used for job {job.id} with a different submission (body, "
+            "content type or query parameters); send a new key for a new job",
+            field="Idempotency-Key",
+            job_id=str(job.id),
+        )
+    return _json(status_object(db_session(), job), 200, {"Location": _location(job)})
+
+
 @api.post("/jobs", endpoint="create_job")
 def create_job_view() -> Response:
-    """Create a job (202), or return the job an Idempotency-Key already created (200)."""
+    """Create a job (202), return the job an Idempotency-Key already created (200), or refuse to reuse a
+    key for another submission (409). Every submission's fingerprint is taken while its body is read."""
     session = db_session()
     tenant = current_tenant()
+    limit = settings().max_body_bytes
     key = check_idempotency_key(request.headers.get("Idempotency-Key"))
-    # A retried submission returns its job without reading (or re-validating) the body again.
+    body_format = _body_format()
+    fingerprint = SubmissionFingerprint(body_format, request.args.items(multi=True))
+    body = fingerprint.reader(request.stream)
     existing = find_idempotent(session, tenant.id, key)
     if existing is not None:
-        return _json(status_object(session, existing), 200, {"Location": _location(existing)})
+        # A retry: hashed as it streams past, never validated or held whole.
+        check_declared_length(limit)
+        drain(body, limit, 0)
+        return _idempotent_reply(existing, fingerprint.hexdigest())
     _check_quotas(lambda: check_submission(session, tenant, utcnow()))  # before reading a large body
-    prepared = _prepare_submission()
+    prepared = _prepare_submission(body_format, body)
     _check_quotas(lambda: check_items(tenant, len(prepared.units)))
+    drain(body, limit, body.bytes_read)  # whatever validation did not need still counts
     job, created = create_job(
         session,
         tenant_id=tenant.id,
@@ -120,10 +162,11 @@ def create_job_view() -> Response:
         metadata=prepared.metadata,
         warnings=prepared.warnings,
         simulated=settings().uses_simulator,
+        submission_sha256=fingerprint.hexdigest(),
     )
     session.commit()
     if not created:  # lost a race with a concurrent request carrying the same key
-        return _json(status_object(session, job), 200, {"Location": _location(job)})
+        return _idempotent_reply(job, fingerprint.hexdigest())
     # Only after commit: a message must never name a job a rollback could still remove.
     _enqueue_start(job)
     return _json(status_object(session, job), 202, {"Location": _location(job)})
@@ -331,6 +374,27 @@ def lookup_request_view(request_id: str) -> Response:
             ],
         }
     )
+
+
+# --- usage ---------------------------------------------------------------------------------------------
+
+
+def usage_range() -> DayRange:
+    """The `from`/`to` query parameters (UTC days), or a 400 naming the one that is wrong."""
+    try:
+        return parse_day_range(
+            request.args.get("from"), request.args.get("to"), today=datetime.now(UTC).date()
+        )
+    except RangeError as exc:
+        raise invalid(exc.message, field=exc.field) from None
+
+
+@api.get("/usage", endpoint="usage")
+def usage_view() -> Response:
+    """The caller's upstream usage per UTC day, by endpoint and model, with totals (from `api_calls`)."""
+    _reject_unknown_params(("from", "to"))
+    days = usage_range()
+    return _json(tenant_usage(db_session(), current_tenant().id, days).as_dict())
 
 
 # --- unauthenticated -----------------------------------------------------------------------------------

@@ -4,6 +4,11 @@ One app holds one Settings, one engine and session factory, and one Celery app t
 enqueue (`workers.api.enqueue_start`, by task name). Embedded mode (SQLite) migrates its database at
 startup because nothing else would; server mode never does — the release step runs migrations once,
 not every web process at boot.
+
+Behind a reverse proxy (TLS terminated there), FACTGATE_TRUST_PROXY=N wraps the app in werkzeug's
+ProxyFix trusting the last N values of X-Forwarded-For, -Proto, -Host and -Port: the app then sees the
+client's address, https and the public host as the proxy received them. Set N to the number of proxies
+that append to those headers; with 0 (the default) they are ignored, since any client can send them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 from celery import Celery
 from flask import Flask
 from redis import Redis
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 import migrations
 from config import Settings
@@ -42,6 +48,11 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
         )
 
     app = Flask(__name__)
+    if settings.trust_proxy:
+        hops = settings.trust_proxy
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops
+        )
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     if settings.secret_key:

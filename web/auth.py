@@ -2,13 +2,15 @@
 
 The tenant lives on `flask.g` for the request; views scope every query by `current_tenant().id`,
 so another tenant's rows are simply not found (a 404, never a 403 that would confirm they exist).
+The token's `last_used_at` is written on use, at most once a minute (jobs/sessions.py), in a commit of
+its own before the view runs.
 """
 
 from __future__ import annotations
 
 from flask import g, request
 
-from jobs.tenancy import authenticate
+from jobs.sessions import live_token, record_token_use
 from models import Tenant
 from web.errors import unauthenticated
 from web.session import db_session
@@ -29,11 +31,14 @@ def require_tenant() -> None:
     token = bearer_token()
     if token is None:
         raise unauthenticated("missing bearer token: send `Authorization: Bearer <token>`")
-    tenant = authenticate(db_session(), token)
-    if tenant is None:
+    session = db_session()
+    credential = live_token(session, token)
+    if credential is None:
         # Same message for unknown and revoked tokens: no hint about which tokens exist.
         raise unauthenticated("invalid or revoked token")
-    g.tenant = tenant
+    if record_token_use(session, credential.token):
+        session.commit()
+    g.tenant = credential.tenant
 
 
 def current_tenant() -> Tenant:

@@ -3,20 +3,27 @@
 The limit is checked twice: against `Content-Length` before anything is read (a client that declares
 too much gets a 413 at once), and again while reading, because a chunked body declares nothing and a
 declared length is only a claim. NDJSON is read in fixed-size chunks and split here, so a 100,000-row
-body never exists as one `bytes` object plus a list of its lines.
+body never exists as one `bytes` object plus a list of its lines. Readers take anything with `read`,
+so a submission's body can pass through its fingerprint (web/fingerprint.py) on the way.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any, Protocol
 
 from flask import request
 
 from web.errors import invalid, too_large
 
 CHUNK_BYTES = 256 * 1024
+
+
+class Readable(Protocol):
+    """A body stream: `request.stream`, or a reader wrapped around it."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 def check_declared_length(limit: int) -> None:
@@ -26,7 +33,7 @@ def check_declared_length(limit: int) -> None:
         raise too_large(limit)
 
 
-def iter_body_chunks(stream: IO[bytes], limit: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def iter_body_chunks(stream: Readable, limit: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     """The body in chunks; 413 as soon as more than `limit` bytes have arrived."""
     seen = 0
     while True:
@@ -40,7 +47,7 @@ def iter_body_chunks(stream: IO[bytes], limit: int, chunk_bytes: int = CHUNK_BYT
 
 
 def iter_body_lines(
-    stream: IO[bytes], limit: int, chunk_bytes: int = CHUNK_BYTES
+    stream: Readable, limit: int, chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line without its newline) for every line of the body, blank ones too.
 
@@ -60,15 +67,25 @@ def iter_body_lines(
         yield number, tail[:-1] if tail.endswith(b"\r") else tail
 
 
-def read_body(stream: IO[bytes], limit: int) -> bytes:
+def read_body(stream: Readable, limit: int) -> bytes:
     """The whole body (at most `limit` bytes, else 413)."""
     return b"".join(iter_body_chunks(stream, limit))
 
 
-def read_json_body(limit: int, loads: Callable[[str], Any] = json.loads) -> Any:
-    """The request body parsed as one JSON document; 400 naming where it stops being JSON."""
+def drain(stream: Readable, limit: int, seen: int, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Read and drop the rest of a body of which `seen` bytes were read already; 413 past `limit`."""
+    while chunk := stream.read(chunk_bytes):
+        seen += len(chunk)
+        if seen > limit:
+            raise too_large(limit)
+
+
+def read_json_body(
+    limit: int, loads: Callable[[str], Any] = json.loads, stream: Readable | None = None
+) -> Any:
+    """The request body (or `stream`) parsed as one JSON document; 400 naming where it stops being JSON."""
     check_declared_length(limit)
-    raw = read_body(request.stream, limit)
+    raw = read_body(request.stream if stream is None else stream, limit)
     if not raw.strip():
         raise invalid("request body is empty; send a JSON object")
     try:

@@ -1,4 +1,4 @@
-"""Server-side SVG charts: the reliability diagram of the claims report.
+"""Server-side SVG charts: the reliability diagram of the claims report, the usage page's bars per day.
 
 Pure functions (numbers in, SVG text out), so the page needs no charting library and no script, and
 the downloadable report carries the same picture. Styling is done with SVG presentation attributes
@@ -9,8 +9,9 @@ Every piece of text is escaped, although only mode names and numbers are ever dr
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date
 
 from markupsafe import escape
 
@@ -182,6 +183,91 @@ def reliability_svg(
     parts.append(
         f'<text x="{_num(left)}" y="{_num(height - 10)}" fill="#57606a">'
         "dashed line: perfect calibration · numbers: claims per bin</text>"
+    )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# --- bars per day (the usage page) -------------------------------------------------------------------------
+
+BAR_COLOUR = "#1d4ed8"
+
+
+def nice_ceiling(value: float, steps: Sequence[float] = (1.0, 2.0, 2.5, 5.0, 10.0)) -> float:
+    """The smallest step × 10^k at or above `value` (the top of a readable axis); 1 for 0."""
+    if not (math.isfinite(value) and value > 0):
+        return 1.0
+    exponent = math.floor(math.log10(value))
+    for step in steps:
+        top = step * 10.0**exponent
+        if top >= value * (1 - 1e-12):
+            return top
+    return 10.0 ** (exponent + 1)
+
+
+def daily_bars_svg(
+    points: Sequence[tuple[date, float]],
+    *,
+    label: Callable[[float], str],
+    title: str,
+    integer: bool = False,
+    width: int = 760,
+    height: int = 260,
+) -> str:
+    """An SVG bar chart, one bar per day in the order given (empty days too, as gaps), with a y axis of
+    five gridlines labelled by `label` (whole numbers at every gridline when `integer`) and at most
+    eight dates under the bars. Every bar has a title (its day and value) for pointer users; the page
+    repeats the numbers in a table for everyone else."""
+    if not points:
+        raise ValueError("no days to draw")
+    left, right, top, bottom = 72.0, 16.0, 16.0, 40.0
+    plot_w = width - left - right
+    plot_h = height - top - bottom
+    biggest = max((v for _, v in points), default=0.0)
+    if integer:  # quarters of the top must be whole: 4 × (1, 2 or 5 × 10^k)
+        y_top = 4 * nice_ceiling(max(biggest / 4, 1.0), steps=(1.0, 2.0, 5.0, 10.0))
+    else:
+        y_top = nice_ceiling(biggest)
+    slot = plot_w / len(points)
+    gap = min(2.0, slot * 0.2)
+    parts: list[str] = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-labelledby="bars-title" '
+        f'font-family="inherit" font-size="12">',
+        f'<title id="bars-title">{escape(title)}</title>',
+        f'<rect x="{_num(left)}" y="{_num(top)}" width="{_num(plot_w)}" height="{_num(plot_h)}" '
+        f'fill="#ffffff" stroke="#d0d7de"/>',
+    ]
+    for i in range(5):
+        v = y_top * i / 4
+        y = top + plot_h - plot_h * i / 4
+        parts.append(
+            f'<line x1="{_num(left)}" y1="{_num(y)}" x2="{_num(left + plot_w)}" y2="{_num(y)}" '
+            f'stroke="#eaeef2"/>'
+            f'<text x="{_num(left - 8)}" y="{_num(y + 4)}" text-anchor="end" fill="#57606a">'
+            f"{escape(label(v))}</text>"
+        )
+    for n, (day, value) in enumerate(points):
+        if value <= 0:
+            continue
+        h = plot_h * value / y_top
+        x = left + n * slot + gap / 2
+        w = max(slot - gap, 0.5)
+        parts.append(
+            f"<g><title>{escape(f'{day.isoformat()}: {label(value)}')}</title>"
+            f'<rect class="bar" x="{_num(x)}" y="{_num(top + plot_h - h)}" width="{_num(w)}" '
+            f'height="{_num(h)}" fill="{BAR_COLOUR}"/></g>'
+        )
+    every = max(1, math.ceil(len(points) / 8))
+    for n in range(0, len(points), every):
+        x = left + (n + 0.5) * slot
+        parts.append(
+            f'<text x="{_num(x)}" y="{_num(top + plot_h + 16)}" text-anchor="middle" fill="#57606a">'
+            f"{points[n][0].strftime('%b %d')}</text>"
+        )
+    parts.append(
+        f'<text x="{_num(left)}" y="{_num(height - 6)}" fill="#57606a">'
+        f"{escape(points[0][0].isoformat())} to {escape(points[-1][0].isoformat())} (UTC days)</text>"
     )
     parts.append("</svg>")
     return "".join(parts)

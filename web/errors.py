@@ -1,9 +1,9 @@
 """One JSON error shape for the whole API, and the handlers that make Flask use it.
 
 Every error under /v1 (and /healthz, /openapi.json) looks like
-`{"error": {"type", "message", "field"?, "line"?, "index"?, "errors"?: [...]}}` so a client needs one
-parser. Messages are written here or by our validators; exception text from libraries is never echoed
-(it can carry connection strings), so unexpected errors answer with a fixed message and are logged.
+`{"error": {"type", "message", "field"?, "line"?, "index"?, "errors"?: [...], "job_id"?}}` so a client
+needs one parser. Messages are written here or by our validators; exception text from libraries is never
+echoed (it can carry connection strings), so unexpected errors answer with a fixed message and are logged.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ AUTHENTICATION = "authentication_error"
 NOT_FOUND = "not_found_error"
 METHOD_NOT_ALLOWED = "method_not_allowed_error"
 CONFLICT = "conflict_error"
+# An Idempotency-Key sent again with another submission (the error names the job that holds the key).
+IDEMPOTENCY_CONFLICT = "idempotency_conflict"
 TOO_LARGE = "request_too_large_error"
 UNSUPPORTED_MEDIA = "unsupported_media_type_error"
 SERVER_ERROR = "server_error"
@@ -34,6 +36,7 @@ ERROR_TYPES = (
     NOT_FOUND,
     METHOD_NOT_ALLOWED,
     CONFLICT,
+    IDEMPOTENCY_CONFLICT,
     TOO_LARGE,
     UNSUPPORTED_MEDIA,
     SERVER_ERROR,
@@ -60,6 +63,7 @@ class ApiError(Exception):
         errors: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        job_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -71,6 +75,7 @@ class ApiError(Exception):
         self.errors = errors
         self.headers = headers or {}
         self.extra = extra or {}
+        self.job_id = job_id
 
     def body(self) -> dict[str, Any]:
         err: dict[str, Any] = {"type": self.type, "message": self.message}
@@ -83,6 +88,8 @@ class ApiError(Exception):
         if self.errors:
             err["errors"] = self.errors
         err.update(self.extra)
+        if self.job_id is not None:
+            err["job_id"] = self.job_id
         return {"error": err}
 
 

@@ -13,6 +13,8 @@ from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX
 from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
+from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
+from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
 from models import JOB_KINDS, JOB_STATUSES
 from web.errors import ERROR_TYPES
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
@@ -114,6 +116,11 @@ SCHEMAS: dict[str, Any] = {
                         "description": f"Every problem with the batch (the first {MAX_ERRORS_KEPT}; the "
                         "message counts the rest).",
                         "items": _ref("RowError"),
+                    },
+                    "job_id": {
+                        "type": "string",
+                        "format": "uuid",
+                        "description": "`idempotency_conflict`: the job that holds the Idempotency-Key.",
                     },
                 },
             }
@@ -456,6 +463,90 @@ SCHEMAS: dict[str, Any] = {
             "outside_query": {"type": "integer"},
         },
     },
+    "UsageFigures": {
+        "type": "object",
+        "required": ["requests", "searches", "input_tokens", "output_tokens", "cost_usd"],
+        "properties": {
+            "requests": {"type": "integer", "description": "HTTP attempts upstream, failed ones included."},
+            "searches": {
+                "type": "integer",
+                "description": "Searches billed (grounded attempts, Search calls).",
+            },
+            "input_tokens": {"type": "integer"},
+            "output_tokens": {"type": "integer"},
+            "cost_usd": {"type": "number", "description": "Dollars, rounded to 6 decimals."},
+        },
+    },
+    "UsageBreakdown": {
+        "allOf": [
+            _ref("UsageFigures"),
+            {
+                "type": "object",
+                "required": ["by_endpoint", "by_model"],
+                "properties": {
+                    "by_endpoint": {
+                        "type": "array",
+                        "description": "Most expensive first.",
+                        "items": {
+                            "allOf": [
+                                {
+                                    "type": "object",
+                                    "required": ["endpoint"],
+                                    "properties": {
+                                        "endpoint": {
+                                            "type": "string",
+                                            "enum": ["decisions", "agent", "search"],
+                                        }
+                                    },
+                                },
+                                _ref("UsageFigures"),
+                            ]
+                        },
+                    },
+                    "by_model": {
+                        "type": "array",
+                        "description": "Most expensive first; `model` is null for calls that name none.",
+                        "items": {
+                            "allOf": [
+                                {
+                                    "type": "object",
+                                    "required": ["model"],
+                                    "properties": {"model": {"type": ["string", "null"]}},
+                                },
+                                _ref("UsageFigures"),
+                            ]
+                        },
+                    },
+                },
+            },
+        ]
+    },
+    "UsageReport": {
+        "type": "object",
+        "required": ["object", "from", "to", "days", "timezone", "totals", "daily"],
+        "properties": {
+            "object": {"const": "usage"},
+            "from": {"type": "string", "format": "date"},
+            "to": {"type": "string", "format": "date"},
+            "days": {"type": "integer", "description": "Days in the range, both ends included."},
+            "timezone": {"const": "UTC"},
+            "totals": _ref("UsageBreakdown"),
+            "daily": {
+                "type": "array",
+                "description": "One entry per UTC day of the range, in order, days without calls included.",
+                "items": {
+                    "allOf": [
+                        {
+                            "type": "object",
+                            "required": ["date"],
+                            "properties": {"date": {"type": "string", "format": "date"}},
+                        },
+                        _ref("UsageBreakdown"),
+                    ]
+                },
+            },
+        },
+    },
     "RequestLookup": {
         "type": "object",
         "properties": {
@@ -568,8 +659,11 @@ PATHS: dict[str, Any] = {
                     "in": "header",
                     "required": False,
                     "description": (
-                        "Retry-safe submission: if this tenant already created a job with this key, that "
-                        "job is returned with 200 and the body is not read or compared. "
+                        "Retry-safe submission: if this tenant already created a job with this key from "
+                        "the same submission — the same format (JSON or NDJSON), the same query parameters "
+                        "in any order and the same body bytes — that job is returned with 200 (the body is "
+                        "hashed, not validated again). The same key with anything else is a 409 "
+                        "`idempotency_conflict` naming the job that holds it, and nothing is stored. "
                         f"At most {MAX_IDEMPOTENCY_KEY_CHARS} characters."
                     ),
                     "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY_CHARS},
@@ -596,6 +690,10 @@ PATHS: dict[str, Any] = {
                     "unknown kind. `errors` lists every row problem."
                 ),
                 "401": UNAUTHORIZED,
+                "409": _error(
+                    "`idempotency_conflict`: the Idempotency-Key was already used for another submission "
+                    "(`field` is `Idempotency-Key`, `job_id` the job that holds it). Nothing is stored."
+                ),
                 "413": _error(
                     "Body larger than FACTGATE_MAX_BODY_BYTES, or (type `quota_exceeded`, field "
                     "`max_items_per_job`) more items than the tenant's quota allows in one job."
@@ -753,6 +851,42 @@ PATHS: dict[str, Any] = {
                 },
                 "401": UNAUTHORIZED,
                 "404": _error("No call with that request id in this tenant's jobs."),
+            },
+        }
+    },
+    "/v1/usage": {
+        "get": {
+            "operationId": "getUsage",
+            "summary": "The caller's upstream usage per UTC day, by endpoint and model, with totals",
+            "description": (
+                "Summed from the per-attempt records of every job of the caller's tenant (never another "
+                "tenant's). Both dates are UTC days and both are included. Defaults: `to` today, `from` "
+                f"{DEFAULT_USAGE_DAYS} days up to `to`. At most {MAX_USAGE_DAYS} days at once."
+            ),
+            "parameters": [
+                {
+                    "name": "from",
+                    "in": "query",
+                    "description": "First day, YYYY-MM-DD (UTC).",
+                    "schema": {"type": "string", "format": "date"},
+                },
+                {
+                    "name": "to",
+                    "in": "query",
+                    "description": "Last day, YYYY-MM-DD (UTC); not before `from`.",
+                    "schema": {"type": "string", "format": "date"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "Usage.",
+                    "content": {"application/json": {"schema": _ref("UsageReport")}},
+                },
+                "400": _error(
+                    "A date that is not YYYY-MM-DD or not a calendar day, `from` after `to`, a range over "
+                    f"{MAX_USAGE_DAYS} days, or an unknown parameter (named in `field`)."
+                ),
+                "401": UNAUTHORIZED,
             },
         }
     },

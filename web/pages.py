@@ -1,16 +1,17 @@
 """The HTML pages: sign-in, jobs list, job page with live progress and report, request lookup, downloads.
 
 Server-rendered Jinja templates (autoescaped), one static script (progress polling) and one static
-stylesheet; no build step. Every page is scoped to the signed-in tenant, held in a signed session
-cookie after a token sign-in: another tenant's job is the same 404 page as a missing one. Views are
-thin: reads and state changes go through jobs/, reports are assembled in web/pages_*.py.
+stylesheet; no build step. Every page is scoped to the tenant of the page session opened by a token
+sign-in (web/page_session.py): the session is checked on the server for every request, so it ends with
+sign-out, a revoked token or a timeout. Another tenant's job is the same 404 page as a missing one.
+Views are thin: reads and state changes go through jobs/, reports are assembled in web/pages_*.py.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from flask import (
@@ -35,13 +36,15 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.queries import get_job, list_jobs, lookup_request
-from jobs.tenancy import authenticate
-from models import JOB_KINDS, JOB_STATUSES, Job, Tenant
+from jobs.sessions import LiveSession, live_token
+from models import JOB_KINDS, JOB_STATUSES, Job
+from web import page_session
 from web.auth import current_tenant
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
 from web.pages_jobs import job_view, progress_payload
 from web.pages_reports import report_context
+from web.pages_usage import usage_page
 from web.security import csrf, init_security, report_csp
 from web.session import EXTENSION, db_session, resources
 from workers.api import enqueue_start
@@ -53,7 +56,8 @@ pages = Blueprint("pages", __name__)
 STATIC = Path(__file__).resolve().parent / "static"
 PUBLIC_ENDPOINTS = frozenset({"pages.sign_in"})
 JSON_ENDPOINTS = frozenset({"pages.job_progress"})
-SESSION_TENANT = "tenant_id"
+# Requests a page makes on its own (the progress poll): checked, but not activity for the idle timeout.
+BACKGROUND_ENDPOINTS = frozenset({"pages.job_progress"})
 LIST_LIMIT = 200
 MAX_REQUEST_ID_CHARS = 200
 NDJSON_MIMETYPE = "application/x-ndjson"
@@ -62,23 +66,20 @@ NDJSON_MIMETYPE = "application/x-ndjson"
 def init_pages(app: Flask) -> None:
     """Register the pages, their filters and the browser safety measures on `app` (see create_app)."""
     cfg = app.extensions[EXTENSION].settings
-    init_security(app, secret_key=cfg.secret_key, instance_path=cfg.instance_path, embedded=cfg.embedded)
+    init_security(
+        app,
+        secret_key=cfg.secret_key,
+        instance_path=cfg.instance_path,
+        embedded=cfg.embedded,
+        session_max_s=cfg.session_max_s,
+        cookie_secure=cfg.cookie_secure,
+        hsts_max_age_s=cfg.hsts_max_age_s,
+    )
     register_filters(app)
     app.register_blueprint(pages)
 
 
 # --- sign-in and the tenant of a page request ----------------------------------------------------------
-
-
-def _session_tenant() -> Tenant | None:
-    raw = session.get(SESSION_TENANT)
-    if not isinstance(raw, str):
-        return None
-    try:
-        tenant_id = uuid.UUID(raw)
-    except ValueError:
-        return None
-    return db_session().get(Tenant, tenant_id)
 
 
 def _safe_next(target: str | None) -> str:
@@ -95,22 +96,26 @@ def _safe_next(target: str | None) -> str:
 
 @pages.before_request
 def _guard() -> BaseResponse | None:
-    """CSRF on every state-changing form, then sign-in on every page but the sign-in page."""
+    """CSRF on every state-changing form, then a live page session on every page but the sign-in page."""
     if current_app.config.get("WTF_CSRF_ENABLED", True):
         csrf.protect()
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
-    tenant = _session_tenant()
-    if tenant is None:
-        session.pop(SESSION_TENANT, None)
-        if request.endpoint in JSON_ENDPOINTS:
-            resp = jsonify({"error": {"type": "authentication_error", "message": "sign in again"}})
-            resp.status_code = 401
-            return resp
-        target = request.full_path.rstrip("?") if request.method == "GET" else None
-        return redirect(url_for("pages.sign_in", next=target))
-    g.tenant = tenant
-    return None
+    found = page_session.current(activity=request.endpoint not in BACKGROUND_ENDPOINTS)
+    if isinstance(found, LiveSession):
+        g.tenant = found.tenant
+        return None
+    message = "Sign in again."
+    if found is not None:  # an ended session: forget it, and say why on the sign-in page
+        session.clear()
+        message = page_session.ended_notice(found)
+        flash(message, "info")
+    if request.endpoint in JSON_ENDPOINTS:
+        resp = jsonify({"error": {"type": "authentication_error", "message": message}})
+        resp.status_code = 401
+        return resp
+    target = request.full_path.rstrip("?") if request.method == "GET" else None
+    return redirect(url_for("pages.sign_in", next=target))
 
 
 @pages.after_request
@@ -124,23 +129,25 @@ def _no_store(response: Response) -> Response:
 def sign_in() -> BaseResponse | tuple[str, int]:
     next_url = _safe_next(request.values.get("next"))
     if request.method == "GET":
-        if _session_tenant() is not None:
+        found = page_session.current(activity=True)
+        if isinstance(found, LiveSession):
             return redirect(next_url)
+        if found is not None:  # an ended session: say why, once
+            session.clear()
+            flash(page_session.ended_notice(found), "info")
         return render_template("sign_in.html", next_url=next_url, error=None), 200
     token = (request.form.get("token") or "").strip()
-    tenant = authenticate(db_session(), token) if token else None
-    if tenant is None:
+    credential = live_token(db_session(), token) if token else None
+    if credential is None:
         # One message for unknown, revoked and empty tokens: no hint about which tokens exist.
         return render_template("sign_in.html", next_url=next_url, error="That token is not valid."), 401
-    session.clear()  # a fresh session (and CSRF token) for the new identity
-    session[SESSION_TENANT] = str(tenant.id)
-    session.permanent = True
+    page_session.start(credential)
     return redirect(next_url)
 
 
 @pages.post("/sign-out")
 def sign_out() -> BaseResponse:
-    session.clear()
+    page_session.finish()
     flash("You are signed out.", "info")
     return redirect(url_for("pages.sign_in"))
 
@@ -308,6 +315,15 @@ def report_file(job_id: str) -> Response:
     resp = _download(job, generate(), "text/html", f"factgate-{job.id}-report.html")
     resp.headers["Content-Security-Policy"] = csp
     return resp
+
+
+# --- usage -----------------------------------------------------------------------------------------------
+
+
+@pages.get("/usage")
+def usage() -> tuple[str, int]:
+    page, status = usage_page(db_session(), current_tenant().id, request.args, today=datetime.now(UTC).date())
+    return render_template("usage.html", page=page), status
 
 
 # --- support ---------------------------------------------------------------------------------------------

@@ -11,6 +11,13 @@
   pages send `Referrer-Policy: no-referrer`; the session cookie's SameSite=Lax and the token carry it.
 - The session cookie is signed with `settings.secret_key`; without one (embedded mode, development) a
   random key is generated once and kept in the instance folder (mode 0600), so sign-ins survive restarts.
+  It carries the page session's secret, the CSRF token and flash messages — never the tenant: whether a
+  session may be used is decided on the server for every request (jobs/sessions.py, web/page_session.py).
+  It is re-sent only when it changes, so a polling page does not keep re-signing it.
+- Behind TLS: the cookie is `Secure` whenever the request was https (or always, with
+  FACTGATE_COOKIE_SECURE), and https responses carry `Strict-Transport-Security`. Behind a proxy that
+  terminates TLS the app sees http unless FACTGATE_TRUST_PROXY lets werkzeug's ProxyFix believe the
+  proxy's X-Forwarded-* headers (web/app.py).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flask import Flask, Response, has_request_context, request
+from flask import Flask, Response, current_app, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFProtect  # type: ignore[import-untyped]
 
@@ -44,7 +51,7 @@ LINK_REL = "noopener noreferrer nofollow"
 SAFE_SCHEMES = frozenset({"http", "https"})
 MAX_HREF_CHARS = 2_048
 SECRET_KEY_FILE = "secret_key"  # noqa: S105 - a file name, not a secret
-SESSION_LIFETIME = timedelta(hours=12)
+HSTS_MAX_AGE_CONFIG = "FACTGATE_HSTS_MAX_AGE_S"
 
 csrf = CSRFProtect()
 log = logging.getLogger("factgate.web")
@@ -84,9 +91,14 @@ def report_csp(inline_style: str) -> str:
 
 
 def set_security_headers(response: Response) -> Response:
-    """`after_request` hook: the headers above, unless a view set a stricter policy of its own."""
+    """`after_request` hook: the headers above, unless a view set a stricter policy of its own, and
+    HSTS on whatever was served over https (as the app sees it: through ProxyFix when a proxy is trusted).
+    """
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
+    max_age = int(current_app.config.get(HSTS_MAX_AGE_CONFIG) or 0)
+    if max_age > 0 and has_request_context() and request.is_secure:
+        response.headers.setdefault("Strict-Transport-Security", f"max-age={max_age}")
     return response
 
 
@@ -124,7 +136,16 @@ def load_or_create_secret_key(instance_path: Path) -> str:
     return key
 
 
-def init_security(app: Flask, *, secret_key: str | None, instance_path: Path, embedded: bool) -> None:
+def init_security(
+    app: Flask,
+    *,
+    secret_key: str | None,
+    instance_path: Path,
+    embedded: bool,
+    session_max_s: int,
+    cookie_secure: bool = False,
+    hsts_max_age_s: int = 0,
+) -> None:
     """Session key and cookie flags, CSRF (pages only), and the headers on every response."""
     if not secret_key:
         if not embedded:
@@ -139,14 +160,20 @@ def init_security(app: Flask, *, secret_key: str | None, instance_path: Path, em
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_NAME="factgate_session",
-        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        SESSION_COOKIE_SECURE=cookie_secure,
+        # The browser may drop the cookie when the server would refuse it anyway (the absolute timeout);
+        # the server-side check is what counts.
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=session_max_s),
+        # Re-send the cookie only when its content changes: a progress poll must not re-sign it.
+        SESSION_REFRESH_EACH_REQUEST=False,
         # The pages blueprint calls csrf.protect() itself, so /v1 (bearer tokens) is never checked.
         WTF_CSRF_CHECK_DEFAULT=False,
         # Referer checking cannot work with `Referrer-Policy: no-referrer`; see the module docstring.
         WTF_CSRF_SSL_STRICT=False,
-        # Tokens are bound to the signed session, which itself expires after SESSION_LIFETIME.
+        # Tokens are bound to the signed cookie, which is only accepted while its server-side session lives.
         WTF_CSRF_TIME_LIMIT=None,
     )
+    app.config[HSTS_MAX_AGE_CONFIG] = hsts_max_age_s
     app.session_interface = SessionInterface()
     csrf.init_app(app)
     app.after_request(set_security_headers)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text, update
 
-from models import ApiToken, utcnow
+from models import ApiToken, Job, utcnow
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     ROWS,
     Caller,
@@ -29,6 +29,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     web_settings,
 )
 from tests.reference import CLAIMS_FILE
+from web.fingerprint import SubmissionFingerprint
 from workers.api import START_JOB
 
 pytestmark = pytest.mark.integration
@@ -244,22 +245,14 @@ def test_idempotency_key_returns_the_existing_job_with_200(
     assert first.status_code == 202
     job_id = first.get_json()["id"]
     assert web.started_job_ids() == [job_id]
-    counts = web.table_counts()
 
-    again = web.client.post(
-        "/v1/jobs", json=payload, headers={**caller.headers, "Idempotency-Key": "batch-42"}
-    )
-    assert again.status_code == 200
-    assert again.get_json()["id"] == job_id
-    assert again.headers["Location"] == f"/v1/jobs/{job_id}"
-    # The body is not read again: even an invalid one gets the same job back.
-    garbage = web.client.post(
-        "/v1/jobs", data=b"{not json", headers=caller.json_headers(**{"Idempotency-Key": "batch-42"})
-    )
-    assert garbage.status_code == 200
-    assert garbage.get_json()["id"] == job_id
-    assert web.table_counts() == counts
-    assert web.drain_messages() == []
+    with Unchanged(web):
+        again = web.client.post(
+            "/v1/jobs", json=payload, headers={**caller.headers, "Idempotency-Key": "batch-42"}
+        )
+        assert again.status_code == 200
+        assert again.get_json()["id"] == job_id
+        assert again.headers["Location"] == f"/v1/jobs/{job_id}"
 
     # Keys are per tenant: another tenant's identical key is a new job.
     theirs = web.client.post(
@@ -267,6 +260,150 @@ def test_idempotency_key_returns_the_existing_job_with_200(
     )
     assert theirs.status_code == 202
     assert theirs.get_json()["id"] != job_id
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        b"{not json",  # not even valid: the key is compared before the body is validated
+        json.dumps({"kind": "claims", "items": ROWS[:2]}).encode(),  # other claims
+        json.dumps({"kind": "claims", "items": ROWS, "options": {"mode": "both"}}).encode(),  # other options
+        json.dumps({"kind": "claims", "items": ROWS}, indent=1).encode(),  # same JSON, other bytes
+    ],
+    ids=["garbage", "other-items", "other-options", "other-bytes"],
+)
+def test_idempotency_key_with_another_body_is_409_and_stores_nothing(
+    web: WebEnv, caller: Caller, second: bytes
+) -> None:
+    body = json.dumps({"kind": "claims", "items": ROWS}).encode()
+    headers = caller.json_headers(**{"Idempotency-Key": "batch-43"})
+    first = web.client.post("/v1/jobs", data=body, headers=headers)
+    assert first.status_code == 202
+    job_id = first.get_json()["id"]
+    web.drain_messages()
+    with Unchanged(web):
+        err = error_of(web.client.post("/v1/jobs", data=second, headers=headers), 409)
+    assert err["type"] == "idempotency_conflict"
+    assert err["field"] == "Idempotency-Key"
+    assert err["job_id"] == job_id
+    assert job_id in err["message"]
+    # The key still returns its own job for its own submission.
+    assert web.client.post("/v1/jobs", data=body, headers=headers).get_json()["id"] == job_id
+
+
+def test_ndjson_idempotency_covers_query_parameters_and_streamed_bodies(web: WebEnv, caller: Caller) -> None:
+    rows = [{"id": f"n{i}", "claim": f"Claim number {i} is a claim."} for i in range(3000)]
+    body = ndjson(rows)
+    assert len(body) > 3 * 32 * 1024  # several chunks of the reader
+    headers = caller.ndjson_headers(**{"Idempotency-Key": "nd-1"})
+    first = web.client.post("/v1/jobs?kind=claims&mode=both&supported_min=0.9", data=body, headers=headers)
+    assert first.status_code == 202, first.get_json()
+    job_id = first.get_json()["id"]
+    fingerprint = SubmissionFingerprint(
+        "ndjson", [("kind", "claims"), ("mode", "both"), ("supported_min", "0.9")]
+    )
+    reader = fingerprint.reader(io.BytesIO(body))
+    while reader.read(7_000):
+        pass
+    assert web.job(job_id).submission_sha256 == fingerprint.hexdigest()
+    web.drain_messages()
+
+    def chunked() -> dict[str, Any]:
+        """No Content-Length, and reads that return at most 10,000 bytes: the body arrives in pieces."""
+        return {"input_stream": Trickle(body), "environ_overrides": {"wsgi.input_terminated": True}}
+
+    with Unchanged(web):
+        # Same parameters in another order, the same bytes streamed in chunks: the same job.
+        same = web.client.post(
+            "/v1/jobs?supported_min=0.9&mode=both&kind=claims", headers=headers, **chunked()
+        )
+        assert same.status_code == 200 and same.get_json()["id"] == job_id
+        for query, data in (
+            ("kind=claims&mode=grounded&supported_min=0.9", body),  # another option
+            ("kind=claims&mode=both&supported_min=0.9", body[: -len(ndjson(rows[-1:]))]),  # a row fewer
+        ):
+            err = error_of(web.client.post(f"/v1/jobs?{query}", data=data, headers=headers), 409)
+            assert err["type"] == "idempotency_conflict" and err["job_id"] == job_id
+        # The same bytes as JSON instead of NDJSON are another submission too.
+        err = error_of(
+            web.client.post(
+                "/v1/jobs",
+                data=json.dumps({"kind": "claims", "items": ROWS}),
+                headers=caller.json_headers(**{"Idempotency-Key": "nd-1"}),
+            ),
+            409,
+        )
+        assert err["job_id"] == job_id
+
+
+class Trickle(io.BytesIO):
+    """A body stream whose reads return at most 10,000 bytes."""
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        return super().read(10_000 if size is None or size < 0 else min(size, 10_000))
+
+
+def test_a_retried_key_still_has_the_body_limit(web_settings: dict[str, Any], memory_celery: Any) -> None:
+    """The body of a retry is hashed as it streams, never held whole, and still stops at the limit."""
+    env = make_env({**web_settings, "max_body_bytes": 2_000}, memory_celery)
+    env.app.config["MAX_CONTENT_LENGTH"] = None
+    try:
+        caller = env.new_caller()
+        headers = caller.ndjson_headers(**{"Idempotency-Key": "big"})
+        small = ndjson(ROWS)
+        assert env.client.post("/v1/jobs?kind=claims", data=small, headers=headers).status_code == 202
+        env.drain_messages()
+        big = small + ndjson(
+            [{"id": f"r{i}", "claim": f"claim number {i} is about something"} for i in range(60)]
+        )
+        with Unchanged(env):
+            resp = env.client.post(
+                "/v1/jobs?kind=claims",
+                input_stream=Trickle(big),
+                headers=headers,
+                environ_overrides={"wsgi.input_terminated": True},
+            )
+            assert "2000 bytes" in error_of(resp, 413)["message"]
+    finally:
+        env.app.extensions["factgate"].engine.dispose()
+
+
+def test_a_job_stored_without_a_fingerprint_keeps_answering_its_key(web: WebEnv, caller: Caller) -> None:
+    """Jobs created before fingerprints were recorded: the key returns them, whatever the body."""
+    first = web.client.post(
+        "/v1/jobs",
+        json={"kind": "claims", "items": ROWS},
+        headers={**caller.headers, "Idempotency-Key": "old"},
+    )
+    job_id = first.get_json()["id"]
+    with web.sessions() as session:
+        session.execute(update(Job).where(Job.id == uuid.UUID(job_id)).values(submission_sha256=None))
+        session.commit()
+    web.drain_messages()
+    with Unchanged(web):
+        again = web.client.post(
+            "/v1/jobs",
+            json={"kind": "claims", "items": ROWS[:1]},
+            headers={**caller.headers, "Idempotency-Key": "old"},
+        )
+    assert again.status_code == 200 and again.get_json()["id"] == job_id
+
+
+def test_a_key_raced_by_a_concurrent_request_is_compared_too(
+    web: WebEnv, caller: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's own look-up misses (the other request had not committed yet); create_job finds the
+    winner's job inside its transaction: the same submission gets it with 200, another one 409."""
+    payload = {"kind": "claims", "items": ROWS}
+    headers = {**caller.headers, "Idempotency-Key": "race-1"}
+    job_id = web.client.post("/v1/jobs", json=payload, headers=headers).get_json()["id"]
+    web.drain_messages()
+    monkeypatch.setattr("web.api.find_idempotent", lambda *_a, **_k: None)
+    with Unchanged(web):
+        same = web.client.post("/v1/jobs", json=payload, headers=headers)
+        assert same.status_code == 200 and same.get_json()["id"] == job_id
+        other = web.client.post("/v1/jobs", json={**payload, "items": ROWS[:1]}, headers=headers)
+        assert error_of(other, 409)["job_id"] == job_id
 
 
 @pytest.mark.parametrize("key", ["x" * 201, "   "])

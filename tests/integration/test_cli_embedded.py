@@ -216,6 +216,7 @@ def test_db_upgrade_and_tokens(env: dict[str, str]) -> None:
     (row,) = [line for line in listed.stdout.splitlines() if "acme" in line]
     token_id = row.split()[0]
     assert "active" in row and token not in listed.stdout  # only the display prefix is shown
+    assert row.endswith("never used")
     assert factgate("tokens", "revoke", token_id, env=env).stdout.strip() == "revoked"
     assert "revoked" in factgate("tokens", "list", "--tenant", "acme", env=env).stdout
     again = factgate("tokens", "revoke", token_id, env=env)

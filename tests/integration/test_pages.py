@@ -208,6 +208,7 @@ def test_strict_security_headers_on_pages(web: WebEnv, caller: Caller) -> None:
         web.client.get("/jobs"),
         web.client.get(f"/jobs/{job_id}"),
         web.client.get("/requests"),
+        web.client.get("/usage"),
         web.client.get("/jobs/not-a-job"),
         web.client.get("/static/job.js"),
     ]
@@ -232,7 +233,7 @@ def test_strict_security_headers_on_pages(web: WebEnv, caller: Caller) -> None:
 def test_pages_use_no_inline_script_or_style(web: WebEnv, caller: Caller) -> None:
     job_id = finished_job(web, caller, "both", BOTH)
     sign_in(web.client, caller)
-    for path in ("/jobs", f"/jobs/{job_id}", "/requests", "/sign-in"):
+    for path in ("/jobs", f"/jobs/{job_id}", "/requests", "/usage", "/sign-in"):
         page = web.client.get(path).get_data(as_text=True)
         assert "style=" not in page, path
         assert "<style" not in page, path
