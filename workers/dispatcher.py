@@ -260,7 +260,10 @@ class Dispatcher:
             free = self.target(endpoint) - scheduling.in_flight(session, scope)
             if free <= 0:
                 return 0
-            ready = scheduling.ready_items(session, [j.id for j in jobs], endpoint, free)
+            # One more than can be sent: a job that gets every free slot and still has work must not look
+            # drained to the policy, or it would leave its round and lose the rest of its quantum (its
+            # weight would then count for nothing while slots come one or two at a time).
+            ready = scheduling.ready_items(session, [j.id for j in jobs], endpoint, free + 1)
             backlogs = [
                 Backlog(
                     job_id=str(j.id),
