@@ -77,7 +77,7 @@ class Settings:
     limiter_max_wait_s: float = 60.0
     # Fraction of each rate left unused, so slot-to-arrival jitter never puts one request too many into
     # an upstream second (workers/limiter.py). Must be in [0, 1).
-    limiter_headroom: float = 0.025
+    limiter_headroom: float = 0.02
 
     # Intake limits.
     max_rows_per_job: int = 200_000
@@ -176,7 +176,7 @@ class Settings:
             search_rps=_float(e, "FACTGATE_SEARCH_RPS", 50.0),
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
-            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.025),
+            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.02),
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 200_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),

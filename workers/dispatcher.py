@@ -101,7 +101,7 @@ class Dispatcher:
         app: Celery,
         *,
         interval_s: float | None = None,
-        idle_interval_s: float = 0.25,
+        idle_interval_s: float = 0.1,
         send: Callable[[uuid.UUID, list[Ready]], None] | None = None,
     ) -> None:
         self.ctx = ctx

@@ -15,7 +15,7 @@ variable time. Slots exactly ``1/r`` apart leave no room for that: if one reques
 is a few ms longer than that of the request ten slots later, 11 arrive within one upstream second. So the
 caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are
 ``1/(r(1-h))`` apart, and any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is
-``10/r · h/(1-h)`` s more than the upstream's one-second window at 10/s (25.6 ms with h = 0.025; in
+``10/r · h/(1-h)`` s more than the upstream's one-second window at 10/s (20.4 ms with the default h = 0.02; in
 general ``r + 1`` consecutive slots span ``h/(1-h)`` s more than a second, whatever the rate). The upstream
 never sees 11 in a second unless one request's slot-to-arrival delay exceeds that of the request ten slots
 later by more than this slack.
@@ -122,8 +122,8 @@ _US: Final = 1_000_000
 _TTL_SLACK_MS: Final = 1_000
 # A cap on the wait passed to the script (an infinite budget): ten years, still exact in a double.
 _MAX_WAIT_US: Final = 10 * 365 * 24 * 3600 * _US
-# How late after its slot a caller may still send: about 40 % of the headroom's slack at the default
-# headroom (h/(1-h) s: 25.6 ms), leaving the rest for the time from here to the upstream. Waking is
+# How late after its slot a caller may still send: about half of the headroom's slack at the default
+# headroom (h/(1-h) s: 20.4 ms), leaving the rest for the time from here to the upstream. Waking is
 # normally well under 5 ms late (bench/limiter_bench.py); what goes past this is a stall.
 DEFAULT_MAX_LATE_S: Final = 0.010
 
