@@ -14,7 +14,15 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 
 from checks import pricing
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
-from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, RowError, Unit, feed_ndjson, show_value
+from checks.ndjson import (
+    MAX_ERRORS_KEPT,
+    UNPRINTABLE_ID,
+    RowCollector,
+    RowError,
+    Unit,
+    feed_ndjson,
+    show_value,
+)
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -178,6 +186,9 @@ class _Checker(RowCollector):
             ok = False
         elif problem := _string_problem(row_id, MAX_ID_CHARS):
             self.fail(line, "id", problem)
+            ok = False
+        elif not row_id.isprintable():
+            self.fail(line, "id", UNPRINTABLE_ID)
             ok = False
         elif (first := self.seen.get(row_id)) is not None:
             self.fail(line, "id", f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")

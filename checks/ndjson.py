@@ -139,3 +139,8 @@ def feed_ndjson(lines: Iterable[str | bytes], sink: RowSink) -> None:
             sink.fail(number, None, "is not valid JSON here: nested too deeply")
             continue
         sink.check(number, obj)
+
+
+# Control and format characters (bidi overrides such as U+202E, zero-width joiners) make an id display as
+# another one in pages, CSV and terminals, so no row id may hold one, on any intake path.
+UNPRINTABLE_ID = "must not contain control or formatting characters (such as bidi overrides)"

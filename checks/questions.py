@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
 from checks.claims import ClaimsValidationError
-from checks.ndjson import MAX_ERRORS_KEPT, RowCollector, Unit, feed_ndjson, show_value
+from checks.ndjson import MAX_ERRORS_KEPT, UNPRINTABLE_ID, RowCollector, Unit, feed_ndjson, show_value
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -77,7 +77,7 @@ class _Checker(RowCollector):
             self.fail(line, "id", problem)
             ok = False
         elif not row_id.isprintable():
-            self.fail(line, "id", "must not contain control characters")
+            self.fail(line, "id", UNPRINTABLE_ID)
             ok = False
         elif len(row_id) > MAX_QUESTION_ID_CHARS:
             self.fail(line, "id", f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}")

@@ -74,12 +74,24 @@ def _job_or_404(job_id: str) -> Job:
 
 
 def _reject_unknown_params(allowed: tuple[str, ...]) -> None:
+    """Every query parameter must be known, given once and not empty: `status=` or a second `format=` is
+    a mistake to name, not something to guess at (first one wins, empty means absent)."""
     unknown = sorted(set(request.args) - set(allowed))
     if unknown:
         raise invalid(
             f"unknown query parameter {unknown[0]!r} (allowed: {', '.join(allowed) or 'none'})",
             field=unknown[0],
         )
+    _reject_repeated_or_empty_params()
+
+
+def _reject_repeated_or_empty_params() -> None:
+    for name in request.args:
+        values = request.args.getlist(name)
+        if len(values) > 1:
+            raise invalid(f"query parameter {name!r} is given {len(values)} times; give it once", field=name)
+        if not values[0].strip():
+            raise invalid(f"query parameter {name!r} is empty; give a value or leave it out", field=name)
 
 
 # --- intake --------------------------------------------------------------------------------------------
@@ -110,6 +122,7 @@ def _prepare_submission(body_format: str, body: Readable) -> PreparedJob:
         check_declared_length(limit)
         # The lines are read lazily: kind, options and metadata (query parameters) are checked first.
         lines = (line for _n, line in iter_body_lines(body, limit))
+        _reject_repeated_or_empty_params()
         return prepare_ndjson(request.args, lines, cfg)
     if request.args:
         _reject_unknown_params(())

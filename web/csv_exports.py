@@ -10,10 +10,10 @@ columns added for this come last, so existing readers of the first columns are u
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from web.csv_safety import SafeCsv
 
 ANSWER_COLUMNS = (
     "custom_id",
@@ -104,16 +104,14 @@ def _csv(
     columns: Sequence[str], row: Callable[[dict[str, Any]], Sequence[object]]
 ) -> Callable[[Iterator[dict[str, Any]]], Iterator[str]]:
     def render(records: Iterator[dict[str, Any]]) -> Iterator[str]:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\r\n")
-        writer.writerow(columns)
+        out = SafeCsv()
+        out.row(columns)
         for record in records:
-            writer.writerow(row(record))
-            yield buf.getvalue()
-            buf.seek(0)
-            buf.truncate()
-        if buf.getvalue():
-            yield buf.getvalue()
+            out.row(row(record))
+            yield out.take()
+        tail = out.take()
+        if tail:
+            yield tail
 
     return render
 

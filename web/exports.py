@@ -10,8 +10,6 @@ status `pending`.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +21,7 @@ from jobs.claims import iter_claim_results
 from jobs.flows import iter_question_results
 from models import Job
 from web.csv_exports import answers_csv, quotes_csv
+from web.csv_safety import SafeCsv
 
 ResultIterator = Callable[[Session, Job], Iterator[dict[str, Any]]]
 Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
@@ -44,23 +43,15 @@ def ndjson_lines(records: Iterator[dict[str, Any]]) -> Iterator[str]:
 
 
 def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
-    """One CSV row per claim per mode, header first (`claims` results only)."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\r\n")
-
-    def flush() -> str:
-        text = buf.getvalue()
-        buf.seek(0)
-        buf.truncate()
-        return text
-
-    writer.writerow(CSV_COLUMNS)
-    yield flush()
+    """One CSV row per claim per mode, header first (`claims` results only); cells are formula-safe."""
+    out = SafeCsv()
+    out.row(CSV_COLUMNS)
+    yield out.take()
     for record in records:
         label = record.get("label")
         for mode, res in record.get("results", {}).items():
             p = res.get("p")
-            writer.writerow(
+            out.row(
                 (
                     record.get("custom_id", ""),
                     mode,
@@ -72,7 +63,7 @@ def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
                     res.get("error") or "",
                 )
             )
-        yield flush()
+        yield out.take()
 
 
 def stream_job(

@@ -27,6 +27,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     caller,
     make_env,
     memory_celery,
+    ndjson,
     other_caller,
     settle_items,
     web,
@@ -603,3 +604,64 @@ def test_server_mode_does_not_migrate(
     env = make_env(web_settings, memory_celery)
     env.app.extensions["factgate"].engine.dispose()
     assert calls == []
+
+
+def test_csv_cells_that_would_start_a_formula_are_neutralised(web: WebEnv, caller: Caller) -> None:
+    """OWASP CSV injection: ids and errors chosen by others never reach a spreadsheet as formulas."""
+    rows = [
+        {"id": '=HYPERLINK("http://evil.example")', "claim": "A claim."},
+        {"id": "+1+1", "claim": "Another claim."},
+        {"id": "@SUM(A1)", "claim": "A third claim."},
+        {"id": "-2", "claim": "A plain number stays a number."},
+    ]
+    jid = web.submit(caller, rows, mode="ungrounded")["id"]
+    settle_items(web.sessions, jid, {("+1+1", "ungrounded"): ("failed", "=cmd|' /C calc'!A0")})
+    resp = web.client.get(f"/v1/jobs/{jid}/results?format=csv", headers=caller.headers)
+    got = list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    assert [r["custom_id"] for r in got] == [
+        '\'=HYPERLINK("http://evil.example")',
+        "'+1+1",
+        "'@SUM(A1)",
+        "-2",
+    ]
+    assert got[1]["error"] == "'=cmd|' /C calc'!A0"
+    # The NDJSON export is lossless: the ids are exactly as submitted.
+    lines = [
+        json.loads(x)
+        for x in web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers)
+        .get_data(as_text=True)
+        .splitlines()
+    ]
+    assert [line["custom_id"] for line in lines] == [r["id"] for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "words"),
+    [
+        ("/v1/jobs?status=", "status", "is empty"),
+        ("/v1/jobs?limit=5&limit=6", "limit", "given 2 times"),
+        ("/v1/jobs/{jid}/results?format=", "format", "is empty"),
+        ("/v1/jobs/{jid}/results?format=csv&format=ndjson", "format", "given 2 times"),
+        ("/v1/jobs/{jid}/scorecard?supported_min=0.9&supported_min=0.7", "supported_min", "given 2 times"),
+        ("/v1/jobs/{jid}/scorecard?contradicted_max=", "contradicted_max", "is empty"),
+    ],
+)
+def test_empty_or_repeated_query_parameters_are_400_naming_them(
+    web: WebEnv, caller: Caller, path: str, field: str, words: str
+) -> None:
+    jid = web.submit(caller)["id"]
+    resp = web.client.get(path.format(jid=jid), headers=caller.headers)
+    assert resp.status_code == 400, resp.get_json()
+    err = resp.get_json()["error"]
+    assert err["field"] == field and words in err["message"]
+
+
+def test_repeated_options_of_an_ndjson_submission_are_400(web: WebEnv, caller: Caller) -> None:
+    before = web.table_counts()
+    resp = web.client.post(
+        "/v1/jobs?kind=claims&mode=grounded&mode=ungrounded",
+        data=ndjson(ROWS),
+        headers=caller.ndjson_headers(),
+    )
+    assert resp.status_code == 400 and resp.get_json()["error"]["field"] == "mode"
+    assert web.table_counts() == before

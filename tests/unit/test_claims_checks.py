@@ -626,3 +626,15 @@ def test_flips_skip_unanswered_and_missing_ids_and_use_the_cutoffs() -> None:
     assert [f.id for f in flips(ungrounded, grounded, supported_min=0.6, contradicted_max=0.4)] == ["a", "c"]
     with pytest.raises(ValueError):
         flips({"a": 2.0}, {"a": 0.5})
+
+
+@pytest.mark.parametrize("row_id", ["bell\x07", "rlo\u202egnp.exe", "zw\u200bj", "tab\there"])
+def test_ids_with_control_or_format_characters_are_refused_on_both_paths(row_id: str) -> None:
+    """An id that would display as another one (a bidi override, a zero-width space) names its line/item."""
+    row = {"id": row_id, "claim": "Rust 1.0 was released in May 2015."}
+    with pytest.raises(ClaimsValidationError) as items:
+        validate_rows([row])
+    with pytest.raises(ClaimsValidationError) as lines:
+        parse_ndjson_lines([json.dumps(row)])
+    for err in (items.value.errors[0], lines.value.errors[0]):
+        assert err.field == "id" and "control or formatting characters" in err.message

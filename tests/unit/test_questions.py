@@ -174,3 +174,9 @@ def test_priority_is_interactive_or_batch_and_defaults_to_batch(parse: Any) -> N
     with pytest.raises(OptionsError) as info:
         parse({"priority": "urgent"})
     assert info.value.field == "priority" and "interactive, batch" in info.value.message
+
+
+def test_question_ids_with_a_bidi_override_are_refused() -> None:
+    with pytest.raises(QuestionsValidationError) as info:
+        validate_question_rows([{"id": "q\u202e1", "question": "How deep is the Mariana Trench?"}])
+    assert info.value.errors[0].field == "id" and "bidi" in info.value.errors[0].message
