@@ -2,8 +2,9 @@
 
 Everything is read at scrape time from the places that already hold it, so any web process answers
 for the whole deployment and nothing is lost when a process restarts:
-- jobs by status (the `ix_jobs_status` index) and items by status of live jobs (`ix_items_job_status`);
-  finished jobs' items are not counted — that would scan the largest table on every scrape;
+- jobs by status (the `ix_jobs_status` index) and items in flight per upstream endpoint (dispatched and not
+  settled: the scheduler's partial index `ix_items_in_flight`, bounded by the in-flight targets) — never a
+  count over the items of a job, which would cost as much as the job is large on every scrape;
 - upstream calls by endpoint and status, and 429s, from `api_calls` over a recent window
   (FACTGATE_METRICS_WINDOW_S, default 900 s);
 - limiter waits (histogram), limiter timeouts and 429 blocks per endpoint: counters the workers keep in
@@ -11,8 +12,8 @@ for the whole deployment and nothing is lost when a process restarts:
 - queue depth: messages waiting in the Celery queue (Redis LLEN in server mode, the in-memory broker
   in embedded mode) and messages delivered but not yet acknowledged (server mode).
 
-Unauthenticated, as scrapers expect; FACTGATE_METRICS=0 turns the endpoint off (404). Put it behind
-the reverse proxy's allow-list if the counts should not be public.
+Nothing in it names a tenant, a job or a key. With FACTGATE_METRICS_TOKEN set, a scrape must send
+`Authorization: Bearer <token>` (401 otherwise); FACTGATE_METRICS=0 turns the endpoint off (404).
 
 `init_app` also gives every request an id (the caller's `X-Request-Id` if it sends a sane one, else a
 new one), binds it into the log context and echoes it in the `X-Request-Id` response header.
@@ -21,6 +22,7 @@ new one), binds it into the log context and echoes it in the `X-Request-Id` resp
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import os
 import re
@@ -33,10 +35,11 @@ from flask import Blueprint, Flask, Response, g, request
 from kombu.exceptions import ChannelError
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from config.logging import bind, configure_logging, unbind
-from models import ITEM_STATUSES, JOB_LIVE_STATUSES, JOB_STATUSES, ApiCall, Item, Job, utcnow
+from models import JOB_STATUSES, ApiCall, Item, Job, utcnow
+from models.jobs import IN_FLIGHT_SQL
 from web.session import WebResources, resources
 from workers.context import embedded_redis
 from workers.signals import read_limiter_metrics
@@ -109,8 +112,26 @@ def _unbind_request_id(_exc: BaseException | None = None) -> None:
 # --- /metrics ------------------------------------------------------------------------------------------
 
 
+def _scraper_allowed() -> bool:
+    """With FACTGATE_METRICS_TOKEN set, only a scrape that sends it as a bearer token is answered."""
+    expected = (os.environ.get("FACTGATE_METRICS_TOKEN") or "").strip()
+    if not expected:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+
+
 @metrics.get("/metrics")
 def prometheus_metrics() -> Response:
+    if not _scraper_allowed():
+        return Response(
+            "metrics need the bearer token of FACTGATE_METRICS_TOKEN\n",
+            status=401,
+            headers={
+                "Content-Type": "text/plain; charset=utf-8",
+                "WWW-Authenticate": 'Bearer realm="metrics"',
+            },
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FactgateCollector(resources(), window_s()))
     return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
@@ -144,10 +165,11 @@ class FactgateCollector:
     def _database(self) -> Iterator[Any]:
         with self.res.sessions() as session:
             job_rows = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
-            live = select(Job.id).where(Job.status.in_(JOB_LIVE_STATUSES)).scalar_subquery()
-            item_rows = dict(
+            in_flight = dict(
                 session.execute(
-                    select(Item.status, func.count()).where(Item.job_id.in_(live)).group_by(Item.status)
+                    select(Item.endpoint, func.count())
+                    .where(Item.scope.is_not(None), text(IN_FLIGHT_SQL))
+                    .group_by(Item.endpoint)
                 ).all()
             )
             since = utcnow() - timedelta(seconds=self.window)
@@ -161,10 +183,12 @@ class FactgateCollector:
             jobs.add_metric([status], int(job_rows.get(status, 0)))
         yield jobs
         items = GaugeMetricFamily(
-            "factgate_items", "Items of live (unfinished) jobs by status", labels=["status"]
+            "factgate_items_in_flight",
+            "Items dispatched to the workers and not settled yet, by upstream endpoint",
+            labels=["endpoint"],
         )
-        for status in ITEM_STATUSES:
-            items.add_metric([status], int(item_rows.get(status, 0)))
+        for endpoint in ("decisions", "agent", "search"):
+            items.add_metric([endpoint], int(in_flight.get(endpoint, 0)))
         yield items
         window = str(self.window)
         calls = GaugeMetricFamily(

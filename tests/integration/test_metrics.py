@@ -13,6 +13,7 @@ import pytest
 import redis as redis_lib
 from flask import Flask, jsonify
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
 
 from config.logging import current_context
 from models import ApiCall, Item, Job, Tenant, session_scope, utcnow
@@ -48,10 +49,13 @@ def seed(app: Flask) -> None:
         done = Job(tenant_id=tenant.id, kind="claims", status="completed", options={})
         s.add_all([live, done])
         s.flush()
-        statuses = ["pending", "pending", "running", "done", "failed"]
-        for pos, status in enumerate(statuses):
+        # (status, dispatched?, endpoint): in flight = dispatched and pending or running.
+        states = [("pending", False, "decisions"), ("pending", True, "decisions"), ("running", True, "agent"),
+                  ("done", True, "decisions"), ("failed", True, "search")]  # fmt: skip
+        for pos, (status, sent, endpoint) in enumerate(states):
             s.add(Item(job_id=live.id, stage="claim", position=pos, custom_id=f"c{pos}", mode="grounded",
-                       input={}, status=status))  # fmt: skip
+                       input={}, status=status, endpoint=endpoint, enqueued_at=now if sent else None,
+                       scope=f"nokey:{endpoint}" if sent else None))  # fmt: skip
         for pos in range(3):  # a finished job's items are not counted
             s.add(Item(job_id=done.id, stage="claim", position=pos, custom_id=f"d{pos}", mode="grounded",
                        input={}, status="done"))  # fmt: skip
@@ -85,9 +89,10 @@ def test_metrics_count_jobs_items_and_upstream_calls(embedded_app: Flask) -> Non
     assert got[("factgate_jobs", (("status", "in_progress"),))] == 1
     assert got[("factgate_jobs", (("status", "completed"),))] == 1
     assert got[("factgate_jobs", (("status", "failed"),))] == 0
-    items = {status: got[("factgate_items", (("status", status),))] for status in
-             ("pending", "running", "done", "failed", "skipped")}  # fmt: skip
-    assert items == {"pending": 2, "running": 1, "done": 1, "failed": 1, "skipped": 0}
+    in_flight = {
+        ep: got[("factgate_items_in_flight", (("endpoint", ep),))] for ep in ("decisions", "agent", "search")
+    }
+    assert in_flight == {"decisions": 1, "agent": 1, "search": 0}  # never a count over a job's items
 
     def calls(endpoint: str, status: str) -> float:
         return got[
@@ -187,3 +192,20 @@ def test_an_unreachable_redis_marks_its_source_down_but_still_answers(make_serve
     assert got[("factgate_metrics_source_up", (("source", "broker"),))] == 0
     assert got[("factgate_metrics_source_up", (("source", "database"),))] == 1
     assert ("factgate_jobs", (("status", "queued"),)) in got
+
+
+def test_metrics_token_guards_the_endpoint(embedded_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FACTGATE_METRICS_TOKEN", "scrape-secret")
+    client = embedded_app.test_client()
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    ok = client.get("/metrics", headers={"Authorization": "Bearer scrape-secret"})
+    assert ok.status_code == 200 and "factgate_jobs" in ok.get_data(as_text=True)
+
+
+def test_metrics_name_no_tenant_job_or_key(embedded_app: Flask) -> None:
+    seed(embedded_app)
+    text = embedded_app.test_client().get("/metrics").get_data(as_text=True)
+    with embedded_app.extensions[EXTENSION].sessions() as s:
+        names = [t.name for t in s.scalars(select(Tenant))] + [str(j.id) for j in s.scalars(select(Job))]
+    assert names and not any(name in text for name in names)
