@@ -83,6 +83,8 @@ class Settings:
     max_rows_per_job: int = 200_000
     max_claim_bytes: int = 4_096
     max_body_bytes: int = 64 * 1024 * 1024
+    # A JSON body is parsed whole before its rows are counted: bounded well below NDJSON's limit.
+    max_json_body_bytes: int = 8 * 1024 * 1024
 
     # Queue behaviour.
     chord_size: int = 50  # most items in one chord (a window the dispatcher sends for one job)
@@ -180,6 +182,7 @@ class Settings:
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 200_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),
+            max_json_body_bytes=_int(e, "FACTGATE_MAX_JSON_BODY_BYTES", 8 * 1024 * 1024),
             chord_size=_int(e, "FACTGATE_CHORD_SIZE", 50),
             dispatch_interval_s=_float(e, "FACTGATE_DISPATCH_INTERVAL_S", 0.05),
             dispatch_max_in_flight=_int(e, "FACTGATE_DISPATCH_MAX_IN_FLIGHT", 64),

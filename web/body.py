@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from flask import request
 
-from web.errors import invalid, too_large
+from web.errors import ApiError, invalid, too_large
 
 CHUNK_BYTES = 256 * 1024
 
@@ -51,25 +51,37 @@ def iter_body_lines(
 ) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line without its newline) for every line of the body, blank ones too.
 
-    A trailing newline does not make an extra empty line; `\\r\\n` endings lose their `\\r`.
+    A trailing newline does not make an extra empty line; `\r\n` endings lose their `\r`. Linear in the
+    body's size whatever its line lengths: a line that spans chunks is kept as a list of its pieces and
+    joined once, when its newline arrives (joining the tail to every new chunk would copy a long line once
+    per chunk).
     """
     number = 0
-    tail = b""
+    pending: list[bytes] = []
     for chunk in iter_body_chunks(stream, limit, chunk_bytes):
-        buf = tail + chunk if tail else chunk
-        lines = buf.split(b"\n")
-        tail = lines.pop()
-        for line in lines:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            piece = chunk[start:end]
+            line = b"".join((*pending, piece)) if pending else piece
+            pending.clear()
             number += 1
             yield number, line[:-1] if line.endswith(b"\r") else line
-    if tail:
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:] if start else chunk)
+    if pending:
+        tail = b"".join(pending)
         number += 1
         yield number, tail[:-1] if tail.endswith(b"\r") else tail
 
 
-def read_body(stream: Readable, limit: int) -> bytes:
-    """The whole body (at most `limit` bytes, else 413)."""
-    return b"".join(iter_body_chunks(stream, limit))
+def read_body(stream: Readable, limit: int, hint: str = "") -> bytes:
+    """The whole body (at most `limit` bytes, else 413, with `hint` appended to the message)."""
+    try:
+        return b"".join(iter_body_chunks(stream, limit))
+    except ApiError as exc:
+        exc.message += hint
+        raise
 
 
 def drain(stream: Readable, limit: int, seen: int, chunk_bytes: int = CHUNK_BYTES) -> None:
@@ -81,11 +93,15 @@ def drain(stream: Readable, limit: int, seen: int, chunk_bytes: int = CHUNK_BYTE
 
 
 def read_json_body(
-    limit: int, loads: Callable[[str], Any] = json.loads, stream: Readable | None = None
+    limit: int, loads: Callable[[str], Any] = json.loads, stream: Readable | None = None, hint: str = ""
 ) -> Any:
     """The request body (or `stream`) parsed as one JSON document; 400 naming where it stops being JSON."""
-    check_declared_length(limit)
-    raw = read_body(request.stream if stream is None else stream, limit)
+    try:
+        check_declared_length(limit)
+    except ApiError as exc:
+        exc.message += hint
+        raise
+    raw = read_body(request.stream if stream is None else stream, limit, hint)
     if not raw.strip():
         raise invalid("request body is empty; send a JSON object")
     try:
