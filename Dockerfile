@@ -32,5 +32,6 @@ RUN pip install . \
 
 USER factgate
 EXPOSE 8000
-CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "2", "--worker-class", "gthread", "--threads", "8", \
+CMD ["gunicorn", "--config", "python:web.gunicorn_conf", "--bind", "0.0.0.0:8000", "--workers", "2", \
+     "--worker-class", "gthread", "--threads", "8", \
      "--access-logfile", "-", "web.app:create_app()"]

@@ -140,7 +140,7 @@ class Procs:
     def start_web(self, port: int, workers: int = 1) -> str:
         self.start(
             "web",
-            [str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+            [str(BIN / "gunicorn"), "--config", "python:web.gunicorn_conf", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
              "--worker-class", "gthread", "--threads", "4", "--timeout", "120", "web.app:create_app()"],
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"

@@ -90,6 +90,8 @@ def serve(host: str, port: int | None, web_workers: int, threads: int) -> None:
         sys.executable,
         "-m",
         "gunicorn",
+        "--config",
+        "python:web.gunicorn_conf",
         "--bind",
         f"{host}:{chosen_port}",
         "--workers",

@@ -29,6 +29,8 @@ UNSUPPORTED_MEDIA = "unsupported_media_type_error"
 SERVER_ERROR = "server_error"
 UNAVAILABLE = "service_unavailable_error"
 QUOTA_EXCEEDED = "quota_exceeded"
+URI_TOO_LONG = "uri_too_long_error"
+HEADERS_TOO_LARGE = "header_fields_too_large_error"
 
 ERROR_TYPES = (
     INVALID_REQUEST,
@@ -42,6 +44,8 @@ ERROR_TYPES = (
     SERVER_ERROR,
     UNAVAILABLE,
     QUOTA_EXCEEDED,
+    URI_TOO_LONG,
+    HEADERS_TOO_LARGE,
 )
 
 # Paths whose errors are JSON even when raised by Flask itself (routing, size limits).
@@ -148,8 +152,22 @@ def _wants_json() -> bool:
     return request.path.startswith(JSON_PREFIXES)
 
 
+# The longest request line gunicorn accepts (web/gunicorn_conf.py); the same bound here holds for servers
+# with laxer limits (waitress in embedded mode), so a URL is refused the same way whichever server runs.
+MAX_REQUEST_LINE = 8190
+
+
+def _refuse_long_urls() -> None:
+    line = len(request.method) + len(request.full_path) + len(" HTTP/1.1 ")
+    if line > MAX_REQUEST_LINE:
+        raise ApiError(
+            414, URI_TOO_LONG, "the request line (method and URL) is too long; send long inputs in the body"
+        )
+
+
 def register_error_handlers(app: Flask) -> None:
     """JSON for ApiError everywhere, and for Flask's own HTTP errors on API paths."""
+    app.before_request(_refuse_long_urls)
 
     @app.errorhandler(ApiError)
     def _api_error(err: ApiError) -> Response:

@@ -919,8 +919,21 @@ PATHS: dict[str, Any] = {
 
 COMMON_RESPONSES_NOTE = (
     "Every error has one shape (`Error`). Under /v1 a wrong method answers 405 and an unknown path 404, "
-    "both as JSON."
+    "both as JSON; a request line over 8,190 bytes is a 414, headers too large a 431, and an unexpected "
+    "failure a 500 — in the same JSON shape, whichever layer refuses the request."
 )
+
+# What any operation can answer besides its own responses: refusals that come before the view runs.
+COMMON_RESPONSES: dict[str, Any] = {
+    "414": _error("The request line (method and URL) is longer than 8,190 bytes (`uri_too_long_error`)."),
+    "431": _error("The request headers are too large (`header_fields_too_large_error`)."),
+    "500": _error("An unexpected failure; the server log has the details (`server_error`)."),
+}
+for _item in PATHS.values():
+    for _operation in _item.values():
+        if isinstance(_operation, dict) and "responses" in _operation:
+            for _code, _response in COMMON_RESPONSES.items():
+                _operation["responses"].setdefault(_code, _response)
 
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",

@@ -170,3 +170,14 @@ def test_errors_against_a_server(server: Server, tmp_path: Path) -> None:
 def test_beat_schedules_the_sweeper(server: Server) -> None:
     wait_for(lambda: "factgate.sweep" in (server.logs / "worker.log").read_text(), timeout=30, what="a sweep")
     assert "beat: Starting" in (server.logs / "beat.log").read_text()
+
+
+@pytest.mark.parametrize("length", [8_200, 20_000])
+def test_a_url_too_long_is_a_414_in_the_apis_json_shape(server: Server, length: int) -> None:
+    """Refused by gunicorn itself, before the app — in the API's JSON error shape, never gunicorn's HTML."""
+    url = f"{server.url}/v1/jobs?x={'a' * length}"
+    resp = httpx.get(url, headers={"Authorization": f"Bearer {server.token}"}, timeout=10)
+    assert resp.status_code == 414
+    assert resp.headers["content-type"].startswith("application/json")
+    assert resp.json()["error"]["type"] == "uri_too_long_error"
+    assert "a" * 100 not in resp.text  # the request line is not echoed back

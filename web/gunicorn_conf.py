@@ -1,0 +1,22 @@
+"""gunicorn settings of the web process: `gunicorn -c python:web.gunicorn_conf 'web.app:create_app()'`.
+
+gunicorn answers some requests itself, before the app sees them — a request line over `limit_request_line`
+(414), headers over the header limits (431), a malformed request (400) — and it writes those as small HTML
+pages. The API promises one JSON error shape for every status it can send, so the master process swaps
+gunicorn's error writer for ours (web/raw_errors.py) before the workers fork. Flags given on the command line
+(bind, workers, threads) still win over these defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from web.raw_errors import install_json_errors
+
+worker_class = "gthread"
+# The largest request line gunicorn accepts; anything longer is a 414 in the API's JSON shape.
+limit_request_line = 8190
+
+
+def on_starting(server: Any) -> None:
+    install_json_errors()
