@@ -78,6 +78,22 @@ CONTRADICTED_MAX_PARAM = _cutoff_param(
     "contradicted_max", CONTRADICTED_MAX, "p at or below this is `contradicted` (inclusive)."
 )
 
+
+def _submission(kind: str, options: str, row: str) -> dict[str, Any]:
+    """One variant of a JSON submission: its kind, that kind's options and rows."""
+    return {
+        "type": "object",
+        "required": ["kind", "items"],
+        "additionalProperties": False,
+        "properties": {
+            "kind": {"const": kind},
+            "options": _ref(options),
+            "items": {"type": "array", "minItems": 1, "items": _ref(row)},
+            "metadata": _ref("Metadata"),
+        },
+    }
+
+
 SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -238,23 +254,15 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "JobSubmission": {
-        "type": "object",
-        "required": ["kind", "items"],
-        "additionalProperties": False,
-        "properties": {
-            "kind": {
-                "type": "string",
-                "enum": list(JOB_KINDS),
-                "description": "`claims` (rows: `ClaimRow`), `answer` or `quote` (rows: `QuestionRow`).",
-            },
-            "options": {"oneOf": [_ref("ClaimsOptions"), _ref("QuestionsOptions")]},
-            "items": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
-            },
-            "metadata": _ref("Metadata"),
-        },
+        "description": "A JSON submission: the rows' shape follows `kind` (`ClaimRow` for claims, "
+        "`QuestionRow` for answer and quote). The rules a schema cannot state are checked too and name the "
+        "item and field: ids unique in the batch and printable (no control or formatting characters), a "
+        "claim not blank and within FACTGATE_MAX_CLAIM_BYTES, at most FACTGATE_MAX_ROWS_PER_JOB rows.",
+        "oneOf": [
+            _submission("claims", "ClaimsOptions", "ClaimRow"),
+            _submission("answer", "QuestionsOptions", "QuestionRow"),
+            _submission("quote", "QuestionsOptions", "QuestionRow"),
+        ],
     },
     "Metadata": {
         "type": "object",
@@ -634,8 +642,8 @@ NDJSON_QUERY_PARAMS = [
     {
         "name": "metadata",
         "in": "query",
-        "description": "A URL-encoded JSON object (NDJSON only).",
-        "schema": {"type": "string"},
+        "description": "A URL-encoded JSON object (NDJSON only); an empty value is refused.",
+        "schema": {"type": "string", "minLength": 1},
     },
 ]
 

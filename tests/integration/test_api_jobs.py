@@ -668,7 +668,7 @@ def test_repeated_options_of_an_ndjson_submission_are_400(web: WebEnv, caller: C
 
 
 def test_a_url_too_long_for_any_server_is_a_json_414(web: WebEnv, caller: Caller) -> None:
-    """Servers with laxer limits than gunicorn (waitress in embedded mode) refuse the same URLs the same way."""
+    """Servers with laxer limits than gunicorn (waitress in embedded mode) refuse the same URLs alike."""
     resp = web.client.get(f"/v1/jobs?status={'x' * 8_200}", headers=caller.headers)
     assert resp.status_code == 414 and resp.get_json()["error"]["type"] == "uri_too_long_error"
     assert web.client.get(f"/v1/jobs?status={'x' * 100}", headers=caller.headers).status_code == 400

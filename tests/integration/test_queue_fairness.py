@@ -30,6 +30,7 @@ from tests.integration.stack import Stack, fresh_database, running_stack
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RATE = 20  # requests/s, the simulator's limit and ours
+AGENT_RATE = 0.2  # one Agent call every 5 s: eight questions need at least 35 s of the Agent scope
 # Items a scope may hold in flight before any latency is observed (rate × (1 s default + 0.5 s lead) + 2):
 # calls already dispatched when a new job arrives, which run before the new job's first fair turn.
 PIPELINE = 32
@@ -46,9 +47,16 @@ def _claims(n: int, prefix: str) -> list[dict[str, Any]]:
 def stack(tmp_path: Path) -> Iterator[Stack]:
     with (
         fresh_database() as (url, engine),
-        run_in_thread(SimConfig(decisions_rps=RATE, agent_rps=1, search_rps=0, latency_s=0.05)) as sim,
+        run_in_thread(
+            SimConfig(decisions_rps=RATE, agent_rps=AGENT_RATE, search_rps=0, latency_s=0.05)
+        ) as sim,
         running_stack(
-            url, engine, sim.base_url, tmp_path, FACTGATE_DECISIONS_RPS=str(RATE), FACTGATE_AGENT_RPS="1"
+            url,
+            engine,
+            sim.base_url,
+            tmp_path,
+            FACTGATE_DECISIONS_RPS=str(RATE),
+            FACTGATE_AGENT_RPS=str(AGENT_RATE),
         ) as st,
     ):
         st.start_worker(concurrency=8)
@@ -173,20 +181,25 @@ def test_cancel_stops_new_work_and_only_what_was_in_flight_finishes(stack: Stack
 
 
 def test_a_slow_agent_scope_does_not_hold_back_decisions_work(stack: Stack) -> None:
-    """Answer questions wait for the Agent scope (1/s here); a claims job beside them runs at its own rate."""
+    """Answer questions wait for the Agent scope (one call every 5 s here); a claims job beside them runs at
+    the Decisions rate, because the Agent scope holds at most its own few items (and threads) in flight."""
     answer = stack.submit_answer(
         [{"id": f"q{i}", "question": "How deep is the Mariana Trench?"} for i in range(8)]
     )
     claims = stack.submit_claims(_claims(80, "beside"), {"mode": "ungrounded"}, tenant="acme")
     assert stack.wait_job(claims, timeout=60).status == "completed"
     with Session(stack.engine) as s:
-        waiting = (
-            s.scalar(
-                select(func.count()).where(
-                    Item.job_id == answer, Item.stage == "question", Item.status == "pending"
-                )
+        questions = Counter(
+            (st, sent is not None)
+            for st, sent in s.execute(
+                select(Item.status, Item.enqueued_at).where(Item.job_id == answer, Item.stage == "question")
             )
-            or 0
         )
-    assert waiting >= 1  # the Agent scope is still working through its questions
-    assert stack.wait_job(answer, timeout=120).status == "completed"
+    in_flight = questions[("pending", True)] + questions[("running", True)]
+    assert questions[("pending", False)] >= 1  # the Agent scope is still working through its questions
+    assert in_flight <= 3  # its bound: rate x (latency + 0.5 s) + 2, never the eight threads of the worker
+    factory = make_session_factory(stack.engine)
+    with session_scope(factory) as s:
+        job = s.get(Job, answer)
+        assert job is not None and cancel_job(s, job)
+    assert stack.wait_job(answer, timeout=60).status == "cancelled"
