@@ -74,10 +74,24 @@ def _unbind_task_ids(task_id: str | None = None, **_: Any) -> None:
             unbind(token)
 
 
+# Lines logged for every item at INFO: Celery's "Task ... received" and "Task ... succeeded in ...", and
+# httpx's "HTTP Request: POST ..." for every upstream attempt — three records per item, hundreds a second
+# at full speed, about a millisecond of worker CPU per item between them. What an item did is in the
+# database (its status, output and `api_calls` with their request ids); failures are still logged, and the
+# lines come back at DEBUG (where clients/perplexity.py also logs every attempt with its request id).
+PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "httpx")
+
+
 @signals.setup_logging.connect
 def _worker_logging(loglevel: Any = None, **_: Any) -> None:
-    """Worker processes log structured lines (a receiver here also stops Celery's own setup)."""
+    """Worker processes log structured lines (a receiver here also stops Celery's own setup).
+
+    Runs before the worker builds its task tracers, which read their loggers' levels once.
+    """
     configure_logging(loglevel if loglevel else None)
+    quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
+    for name in PER_TASK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
 # --- limiter metrics in Redis --------------------------------------------------------------------------

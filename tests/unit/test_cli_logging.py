@@ -111,6 +111,28 @@ def test_configure_logging_replaces_its_own_handler_and_reads_the_environment() 
         root.setLevel(level)
 
 
+def test_a_worker_at_info_logs_no_line_per_item_and_at_debug_it_does() -> None:
+    """Celery's received/succeeded lines and httpx's per-request line are per item: quiet unless DEBUG."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    try:
+        for loglevel, expected in (("INFO", logging.WARNING), ("DEBUG", logging.NOTSET)):
+            signals._worker_logging(loglevel=loglevel)
+            for name in ("celery.app.trace", "celery.worker.strategy", "httpx"):
+                assert logging.getLogger(name).level == expected, (loglevel, name)
+        signals._worker_logging(loglevel="INFO")
+        assert not logging.getLogger("celery.app.trace").isEnabledFor(logging.INFO)
+        assert logging.getLogger("celery.app.trace").isEnabledFor(logging.ERROR)  # failures still show
+        assert logging.getLogger("factgate.workers").isEnabledFor(logging.INFO)
+    finally:
+        for h in list(root.handlers):
+            if h not in before:
+                root.removeHandler(h)
+        root.setLevel(level)
+        for name in signals.PER_TASK_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
 def test_context_is_per_thread() -> None:
     token = bind(job_id="main-thread")
     seen: dict[str, str] = {}
