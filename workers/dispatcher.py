@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from celery import Celery, chord
+from celery import Celery, chord, group
 from celery.backends.redis import RedisBackend
 
 from checks.fairness import Backlog, FairState, allocate, shares, wait_bounds
@@ -100,7 +100,7 @@ class Dispatcher:
         *,
         interval_s: float | None = None,
         idle_interval_s: float = 0.25,
-        send: Callable[[uuid.UUID, list[Ready]], None] | None = None,
+        send: Callable[[uuid.UUID, list[Ready], Any], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.app = app
@@ -124,7 +124,7 @@ class Dispatcher:
         # GET, a SET and a PUBLISH per item. The Redis backend joins a chord from the header's own
         # returns (its chord counter), so there the results need not be stored; the in-memory backend
         # of embedded mode joins by reading each stored result, so there they must be.
-        self._ignore_item_results = isinstance(app.backend, RedisBackend)
+        self._redis_backend = isinstance(app.backend, RedisBackend)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -270,26 +270,41 @@ class Dispatcher:
             scheduling.mark_started(
                 session, [j for j, rs in picks.items() if any(r.id in marked for r in rs)]
             )
-        sent = 0
+        windows: list[tuple[uuid.UUID, list[Ready]]] = []
         for job_id, items in picks.items():
             mine = [r for r in items if r.id in marked]
-            for start in range(0, len(mine), self.window):
-                window = mine[start : start + self.window]
-                try:
-                    self._send(job_id, window)
-                except Exception:
-                    log.warning(
-                        "dispatcher: could not send %d items of job %s", len(window), job_id, exc_info=True
-                    )
-                    with session_scope(self.ctx.sessions) as session:
-                        scheduling.forget_dispatches(session, [r.id for r in window])
-                    continue
-                sent += len(window)
-                self._sent.append((time.monotonic(), job_id, len(window)))
-        return sent
+            windows += [(job_id, mine[i : i + self.window]) for i in range(0, len(mine), self.window)]
+        return self._send_windows(windows)
 
-    def _send_chord(self, job_id: uuid.UUID, window: list[Ready]) -> None:
-        """One chord per window: the items, then `after_window` with the questions they belong to."""
+    def _send_windows(self, windows: list[tuple[uuid.UUID, list[Ready]]]) -> int:
+        """Send every window's chord in one producer batch: on Redis all their messages go out in one
+        pipeline (one round trip per tick instead of one per item; transports without batches send each
+        message at once). If sending fails, the windows' items are dispatchable again (any message that did
+        go out finds its item already taken or done: claims are conditional)."""
+        if not windows:
+            return 0
+        try:
+            with self.app.producer_or_acquire() as producer, producer.batch():
+                for job_id, window in windows:
+                    self._send(job_id, window, producer)
+        except Exception:
+            log.warning("dispatcher: could not send %d windows", len(windows), exc_info=True)
+            with session_scope(self.ctx.sessions) as session:
+                scheduling.forget_dispatches(session, [r.id for _job, window in windows for r in window])
+            return 0
+        now = time.monotonic()
+        for job_id, window in windows:
+            self._sent.append((now, job_id, len(window)))
+        return sum(len(window) for _job, window in windows)
+
+    def _send_chord(self, job_id: uuid.UUID, window: list[Ready], producer: Any = None) -> None:
+        """One chord per window: the items, then `after_window` with the questions they belong to.
+
+        On Redis it is sent as the group of its header tasks carrying the body (`chord=`): that is what
+        `chord()` sends there too — each header task carries the body, the backend counts them down, and
+        its `apply_chord` stores nothing for plain tasks — but `chord()` does not pass a producer on, so its
+        messages could not join the tick's batch. Other backends (embedded mode's) need `apply_chord` to
+        save the group they join on, so they get `chord()`."""
         body = self.app.signature(
             "factgate.after_window",
             args=(str(job_id), sorted({r.parent_id for r in window if r.parent_id is not None})),
@@ -297,11 +312,14 @@ class Dispatcher:
         )
         header = [
             self.app.signature(
-                "factgate.run_item", args=(r.id,), immutable=True, ignore_result=self._ignore_item_results
+                "factgate.run_item", args=(r.id,), immutable=True, ignore_result=self._redis_backend
             )
             for r in window
         ]
-        chord(header, app=self.app)(body)
+        if self._redis_backend:
+            group(header, app=self.app).apply_async(producer=producer, chord=body)
+        else:
+            chord(header, app=self.app)(body)
 
     # --- what status pages show ------------------------------------------------------------------
 
