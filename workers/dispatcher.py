@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from celery import Celery, chord, group
+from celery import Celery, chord
 from celery.backends.redis import RedisBackend
 
 from checks.fairness import Backlog, FairState, allocate, shares, wait_bounds
@@ -122,8 +122,8 @@ class Dispatcher:
         self.leading = False
         # An item task returns nothing anyone reads: its outcome is in the database. Storing it cost a
         # GET, a SET and a PUBLISH per item. The Redis backend joins a chord from the header's own
-        # returns (its chord counter), so there the results need not be stored; the in-memory backend
-        # of embedded mode joins by reading each stored result, so there they must be.
+        # returns (its chord counter), so there the results need not be stored (`ignore_result`); the
+        # in-memory backend of embedded mode joins by reading each stored result, so there they must be.
         self._redis_backend = isinstance(app.backend, RedisBackend)
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -300,26 +300,36 @@ class Dispatcher:
     def _send_chord(self, job_id: uuid.UUID, window: list[Ready], producer: Any = None) -> None:
         """One chord per window: the items, then `after_window` with the questions they belong to.
 
-        On Redis it is sent as the group of its header tasks carrying the body (`chord=`): that is what
-        `chord()` sends there too — each header task carries the body, the backend counts them down, and
-        its `apply_chord` stores nothing for plain tasks — but `chord()` does not pass a producer on, so its
-        messages could not join the tick's batch. Other backends (embedded mode's) need `apply_chord` to
-        save the group they join on, so they get `chord()`."""
+        On Redis the chord is sent as its parts: the chord's size for the backend's counter, then each item
+        task carrying the body, its group and its place in it — what `chord()` sends there, since the Redis
+        backend's `apply_chord` stores nothing for plain tasks. `chord()` itself costs almost twice as much
+        per item (it builds a group, freezes every signature and subscribes to every task's result, which
+        item tasks never store) and does not pass a producer on, so its messages could not join the tick's
+        batch. Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
         body = self.app.signature(
             "factgate.after_window",
             args=(str(job_id), sorted({r.parent_id for r in window if r.parent_id is not None})),
             immutable=True,
         )
-        header = [
-            self.app.signature(
-                "factgate.run_item", args=(r.id,), immutable=True, ignore_result=self._redis_backend
+        if not self._redis_backend:
+            chord([self.app.signature("factgate.run_item", args=(r.id,), immutable=True) for r in window])(
+                body
             )
-            for r in window
-        ]
-        if self._redis_backend:
-            group(header, app=self.app).apply_async(producer=producer, chord=body)
-        else:
-            chord(header, app=self.app)(body)
+            return
+        group_id = str(uuid.uuid4())
+        self.app.backend.set_chord_size(group_id, len(window))
+        for index, r in enumerate(window):
+            self.app.send_task(
+                "factgate.run_item",
+                args=(r.id,),
+                group_id=group_id,
+                group_index=index,
+                # The chord's body, as Celery's own group sends it (celery-types says `chord`).
+                chord=body,  # type: ignore[arg-type]
+                ignore_result=True,
+                producer=producer,
+                add_to_parent=False,
+            )
 
     # --- what status pages show ------------------------------------------------------------------
 

@@ -84,6 +84,21 @@ def test_reference_claims_both_modes_scorecards(stack: Stack, reference: list[di
     assert list(stack.redis().scan_iter("celery-task-meta-*")) == []
 
 
+def test_window_chords_finish_a_job_without_the_sweeper(
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
+) -> None:
+    """The last window's chord body finalizes the job: with no beat running, nothing else would."""
+    url, engine = queue_db
+    with (
+        run_in_thread(SimConfig(decisions_rps=0)) as sim,
+        running_stack(url, engine, sim.base_url, tmp_path, FACTGATE_SWEEP_INTERVAL_S="3600") as stack,
+    ):
+        stack.start_worker(beat=False)
+        job = stack.wait_job(stack.submit_claims(reference, {"mode": "both"}), timeout=90)
+        assert job.status == "completed"
+        assert (job.summary or {})["request_counts"]["completed"] == 48  # windows of 10: five chords
+
+
 @pytest.mark.parametrize("mode", ["ungrounded", "grounded"])
 def test_single_mode_jobs(stack: Stack, reference: list[dict[str, object]], mode: str) -> None:
     stack.start_worker()
