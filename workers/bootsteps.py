@@ -52,6 +52,15 @@ def waiting_items() -> list[int]:
 
 
 @signals.worker_shutdown.connect
+def _flush_metrics(sender: Any = None, **_: Any) -> None:
+    """Write the limiter waits counted since the last write (they are written once a second)."""
+    if sender is not None:
+        waits = get_context(sender.app).waits
+        if waits is not None:
+            waits.flush()
+
+
+@signals.worker_shutdown.connect
 def _give_back_waiting(sender: Any = None, **_: Any) -> None:
     """After a warm shutdown (the pool is stopped: nothing more starts), make the items whose tasks were
     dropped dispatchable again. Only items still pending and dispatched change; if the database is away,

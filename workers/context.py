@@ -22,7 +22,7 @@ from config import Settings
 from models import make_engine, make_session_factory
 from workers.leases import LeaseKeeper
 from workers.limiter import LimiterTimeout, RateLimiter, scope_for
-from workers.signals import record_limiter_wait, record_throttled
+from workers.signals import LimiterWaits, record_throttled
 
 SIMULATOR_BASE = "http://simulator.invalid"
 SIMULATOR_KEY = "simulator-key"
@@ -57,6 +57,7 @@ class WorkerContext:
     limiter: RateLimiter
     client: PerplexityClient
     leases: LeaseKeeper
+    waits: LimiterWaits | None = None
 
     def rate_for(self, endpoint: str) -> float:
         """Requests per second allowed upstream for an endpoint (global, all workers)."""
@@ -67,6 +68,8 @@ class WorkerContext:
         }.get(endpoint, self.settings.decisions_rps)
 
     def close(self) -> None:
+        if self.waits is not None:
+            self.waits.flush()
         self.leases.close()
         self.client.close()
         self.engine.dispose()
@@ -87,6 +90,9 @@ def build_context(settings: Settings) -> WorkerContext:
     else:
         rds = embedded_redis()
     limiter = RateLimiter(rds)
+    # Limiter waits are counted per call and written once a second (workers/signals.py:LimiterWaits);
+    # embedded mode's store is in this process, so there they are written at once.
+    waits = LimiterWaits(rds, flush_s=1.0 if settings.redis_url else 0.0)
     key = settings.perplexity_api_key
 
     ctx_ref: list[WorkerContext] = []
@@ -98,9 +104,9 @@ def build_context(settings: Settings) -> WorkerContext:
                 scope_for(key, endpoint), ctx.rate_for(endpoint), max_wait_s=settings.limiter_max_wait_s
             )
         except LimiterTimeout as exc:
-            record_limiter_wait(rds, endpoint, exc.waited, timed_out=True)
+            waits.record(endpoint, exc.waited, timed_out=True)
             raise
-        record_limiter_wait(rds, endpoint, waited)
+        waits.record(endpoint, waited)
 
     def on_throttled(endpoint: str, wait_s: float) -> None:
         limiter.block(scope_for(key, endpoint), wait_s)
@@ -124,6 +130,7 @@ def build_context(settings: Settings) -> WorkerContext:
         limiter=limiter,
         client=client,
         leases=LeaseKeeper(sessions, settings.lease_s),
+        waits=waits,
     )
     ctx_ref.append(ctx)
     return ctx

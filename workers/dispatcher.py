@@ -267,8 +267,9 @@ class Dispatcher:
                 job_id = uuid.UUID(job_key)
                 picks[job_id] = ready[job_id][:n]
             marked = scheduling.mark_dispatched(session, [r.id for rs in picks.values() for r in rs], scope)
+            queued = {j.id for j in jobs if j.status == "queued"}  # a job in progress needs no write
             scheduling.mark_started(
-                session, [j for j, rs in picks.items() if any(r.id in marked for r in rs)]
+                session, [j for j, rs in picks.items() if j in queued and any(r.id in marked for r in rs)]
             )
         windows: list[tuple[uuid.UUID, list[Ready]]] = []
         for job_id, items in picks.items():

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,24 +102,79 @@ def _bucket_field(endpoint: str, bound: float) -> str:
     return f"{endpoint}|le|{bound:g}"
 
 
+def _wait_fields(endpoint: str, waited_s: float, timed_out: bool) -> tuple[dict[str, int], float]:
+    """The hash fields one acquisition increments, and the seconds it adds to the sum."""
+    waited = max(0.0, float(waited_s))
+    counts = {f"{endpoint}|count": 1}
+    for bound in WAIT_BUCKETS:
+        if waited <= bound:
+            counts[_bucket_field(endpoint, bound)] = 1
+            break  # cumulative counts are summed when read: one write per call
+    if timed_out:
+        counts[f"{endpoint}|timeouts"] = 1
+    return counts, waited
+
+
+def _write(store: redis_lib.Redis, counts: Mapping[str, int], sums: Mapping[str, float]) -> None:
+    pipe = store.pipeline(transaction=False)
+    for name, n in counts.items():
+        pipe.hincrby(METRICS_KEY, name, n)
+    for name, seconds in sums.items():
+        pipe.hincrbyfloat(METRICS_KEY, name, seconds)
+    pipe.execute()
+
+
 def record_limiter_wait(
     store: redis_lib.Redis, endpoint: str, waited_s: float, *, timed_out: bool = False
 ) -> None:
     """Count one limiter acquisition (seconds waited for a slot) for the histogram in /metrics."""
-    waited = max(0.0, float(waited_s))
+    counts, waited = _wait_fields(endpoint, waited_s, timed_out)
     try:
-        pipe = store.pipeline(transaction=False)
-        pipe.hincrby(METRICS_KEY, f"{endpoint}|count", 1)
-        pipe.hincrbyfloat(METRICS_KEY, f"{endpoint}|sum", waited)
-        for bound in WAIT_BUCKETS:
-            if waited <= bound:
-                pipe.hincrby(METRICS_KEY, _bucket_field(endpoint, bound), 1)
-                break  # cumulative counts are summed when read: one write per call
-        if timed_out:
-            pipe.hincrby(METRICS_KEY, f"{endpoint}|timeouts", 1)
-        pipe.execute()
+        _write(store, counts, {f"{endpoint}|sum": waited})
     except Exception:
         log.warning("could not record a limiter wait metric", exc_info=True)
+
+
+class LimiterWaits:
+    """`record_limiter_wait` for a worker: counted in the process, written at most every `flush_s`.
+
+    Every upstream call is one acquisition, so writing each was a Redis round trip per call; /metrics is
+    scraped every few seconds, and a worker that dies loses at most `flush_s` of counts. The calling thread
+    writes when the last write is `flush_s` old (no thread of its own); `flush` writes the rest (at close).
+    With `flush_s` 0 every acquisition is written at once (embedded mode's store is in the process anyway).
+    """
+
+    def __init__(self, store: redis_lib.Redis, flush_s: float = 1.0) -> None:
+        self.store = store
+        self.flush_s = flush_s
+        self._counts: dict[str, int] = {}
+        self._sums: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._written_at = time.monotonic()
+
+    def record(self, endpoint: str, waited_s: float, *, timed_out: bool = False) -> None:
+        counts, waited = _wait_fields(endpoint, waited_s, timed_out)
+        with self._lock:
+            for name, n in counts.items():
+                self._counts[name] = self._counts.get(name, 0) + n
+            key = f"{endpoint}|sum"
+            self._sums[key] = self._sums.get(key, 0.0) + waited
+            due = time.monotonic() - self._written_at >= self.flush_s
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what was counted since the last write (a failed write is logged; its counts are lost)."""
+        with self._lock:
+            counts, sums = self._counts, self._sums
+            self._counts, self._sums = {}, {}
+            self._written_at = time.monotonic()
+        if not counts and not sums:
+            return
+        try:
+            _write(self.store, counts, sums)
+        except Exception:
+            log.warning("could not record limiter wait metrics", exc_info=True)
 
 
 def record_throttled(store: redis_lib.Redis, endpoint: str) -> None:

@@ -195,6 +195,29 @@ def test_limiter_waits_make_a_cumulative_histogram() -> None:
     assert data["search"].count == 1 and data["search"].throttled == 0
 
 
+def test_a_worker_writes_limiter_waits_once_a_second_with_the_same_counts() -> None:
+    store = fakeredis.FakeRedis()
+    reference = fakeredis.FakeRedis()
+    waits = signals.LimiterWaits(store, flush_s=3600.0)
+    calls = [
+        ("decisions", 0.0, False),
+        ("decisions", 0.3, False),
+        ("decisions", 60.0, True),
+        ("search", 0.2, False),
+    ]
+    for endpoint, waited, timed_out in calls:
+        waits.record(endpoint, waited, timed_out=timed_out)
+        signals.record_limiter_wait(reference, endpoint, waited, timed_out=timed_out)
+    assert not store.exists(signals.METRICS_KEY)  # counted in the process, not written yet
+    waits.flush()
+    assert signals.read_limiter_metrics(store) == signals.read_limiter_metrics(reference)
+    waits.flush()  # nothing new: no write
+    assert signals.read_limiter_metrics(store)["decisions"].count == 3
+    at_once = signals.LimiterWaits(store, flush_s=0.0)
+    at_once.record("agent", 1.0)
+    assert signals.read_limiter_metrics(store)["agent"].count == 1
+
+
 def test_a_metrics_write_failure_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
         def pipeline(self, **_: object) -> object:
@@ -205,4 +228,5 @@ def test_a_metrics_write_failure_never_raises(caplog: pytest.LogCaptureFixture) 
 
     signals.record_limiter_wait(Broken(), "decisions", 0.1)  # type: ignore[arg-type]
     signals.record_throttled(Broken(), "decisions")  # type: ignore[arg-type]
-    assert sum("could not record" in r.getMessage() for r in caplog.records) == 2
+    signals.LimiterWaits(Broken(), flush_s=0.0).record("decisions", 0.1)  # type: ignore[arg-type]
+    assert sum("could not record" in r.getMessage() for r in caplog.records) == 3
