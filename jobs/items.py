@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, exists, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Table, Update, bindparam, exists, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from jobs.records import CallRow, ClaimedItem
@@ -44,6 +44,9 @@ _ERROR_CHARS = 4_000
 # Job id -> (tenant id, options). Both are fixed at intake, so a worker reads them once per job.
 _JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}
 _JOB_STATIC_MAX = 1_024
+# What the one-statement operations run on: a session, or — cheaper, for a statement on its own — a
+# connection (models/db.py:autocommit_scope).
+Executor = Session | Connection
 _LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling", "cancelled")))
 
 # The statements every item runs (a claim, then a settle: twice per upstream request) are built once, on
@@ -221,7 +224,7 @@ def item_usage(session: Session, item_id: int) -> ItemUsage:
     )
 
 
-def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
+def _job_static(session: Executor, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
     hit = _JOB_STATIC.get(job_id)
     if hit is None:
         tenant_id, options = session.execute(select(Job.tenant_id, Job.options).where(Job.id == job_id)).one()
@@ -232,7 +235,7 @@ def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[st
 
 
 def try_claim(
-    session: Session, item_id: int, lease_s: float, max_tries: int = DEFAULT_MAX_TRIES
+    session: Executor, item_id: int, lease_s: float, max_tries: int = DEFAULT_MAX_TRIES
 ) -> ClaimedItem | None:
     """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
     one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
@@ -443,7 +446,7 @@ def settles_at_once(dialect: str, item: ClaimedItem) -> bool:
 
 
 def _settle_at_once(
-    session: Session,
+    session: Executor,
     item: ClaimedItem,
     *,
     status: str,
@@ -451,7 +454,8 @@ def _settle_at_once(
     error: str | None,
     calls: Sequence[CallRow],
 ) -> bool:
-    if not settles_at_once(session.get_bind().dialect.name, item):
+    dialect = session.dialect if isinstance(session, Connection) else session.get_bind().dialect
+    if not settles_at_once(dialect.name, item):
         raise ValueError(f"item {item.id} cannot settle in one statement")
     now = utcnow()
     params: dict[str, Any] = {
@@ -469,7 +473,7 @@ def _settle_at_once(
 
 
 def finish_item_at_once(
-    session: Session, item: ClaimedItem, output: dict[str, Any], calls: Sequence[CallRow] = ()
+    session: Executor, item: ClaimedItem, output: dict[str, Any], calls: Sequence[CallRow] = ()
 ) -> bool:
     """`finish_item` as one statement (see `settles_at_once` for when it applies): the call rows and the
     result commit together even without a transaction around them, so a worker can store an outcome in one
@@ -478,7 +482,7 @@ def finish_item_at_once(
 
 
 def fail_item_at_once(
-    session: Session,
+    session: Executor,
     item: ClaimedItem,
     error: str,
     calls: Sequence[CallRow] = (),

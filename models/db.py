@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -81,18 +81,15 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 @contextmanager
-def autocommit_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session in which every statement commits on its own, for units of work that are one statement.
+def autocommit_scope(engine: Engine) -> Iterator[Connection]:
+    """A connection on which every statement commits on its own, for units of work that are one statement.
 
     Such a statement is atomic by itself; without a transaction around it, it costs one round trip
-    instead of three (BEGIN, the statement, COMMIT). Workers claim and settle items this way.
+    instead of three (BEGIN, the statement, COMMIT), and a bare connection costs less Python than a
+    session around it. Workers claim and settle items this way.
     """
-    session = factory()
-    try:
-        session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-        yield session
-    finally:
-        session.close()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        yield conn
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from celery import current_app, shared_task
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -195,7 +196,7 @@ def _at_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> bool:
     )
 
 
-def _apply_at_once(session: Session, item: ClaimedItem, outcome: Outcome) -> None:
+def _apply_at_once(session: Connection, item: ClaimedItem, outcome: Outcome) -> None:
     if isinstance(outcome, Done):
         finish_item_at_once(session, item, outcome.output, outcome.calls)
     elif isinstance(outcome, Failed):
@@ -220,7 +221,7 @@ def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | No
         ):
             with attempt:
                 if at_once:
-                    with autocommit_scope(ctx.sessions) as session:
+                    with autocommit_scope(ctx.engine) as session:
                         _apply_at_once(session, item, outcome)
                     return None
                 with session_scope(ctx.sessions) as session:
@@ -268,7 +269,7 @@ def run_item(item_id: int) -> None:
     try:
         # The common case is one UPDATE on its own; when it misses, the other rules (cancelled, out of
         # tries, not pending) apply in a transaction.
-        with autocommit_scope(ctx.sessions) as session:
+        with autocommit_scope(ctx.engine) as session:
             claim = try_claim(session, item_id, lease_s, max_tries)
         if claim is None:
             with session_scope(ctx.sessions) as session:

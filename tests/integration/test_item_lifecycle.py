@@ -207,8 +207,11 @@ def test_a_lost_lease_at_once_keeps_the_calls_and_not_the_result(db: Session) ->
 
 def test_a_failure_at_once_keeps_its_error_output_and_usage(db: Session) -> None:
     (item_id,) = _job(db, ["j claim"])
-    held = _claim(db, item_id)
-    assert fail_item_at_once(db, held, "x" * 5_000, [_call(1, 400, "f1", searches=1)], {"kept": True})
+    held = try_claim(db.connection(), item_id, lease_s=60)  # a bare connection, as the worker uses
+    assert held is not None and held.token == 1
+    assert fail_item_at_once(
+        db.connection(), held, "x" * 5_000, [_call(1, 400, "f1", searches=1)], {"kept": True}
+    )
     item = db.get(Item, item_id)
     assert item is not None
     db.refresh(item)
