@@ -16,7 +16,6 @@ import contextlib
 import contextvars
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,9 +138,10 @@ class LimiterWaits:
     """`record_limiter_wait` for a worker: counted in the process, written at most every `flush_s`.
 
     Every upstream call is one acquisition, so writing each was a Redis round trip per call; /metrics is
-    scraped every few seconds, and a worker that dies loses at most `flush_s` of counts. The calling thread
-    writes when the last write is `flush_s` old (no thread of its own); `flush` writes the rest (at close).
-    With `flush_s` 0 every acquisition is written at once (embedded mode's store is in the process anyway).
+    scraped every few seconds, so the counts are summed here and a timer thread writes them `flush_s` after
+    the first one since the last write (none runs while nothing is counted; `flush` writes at once, e.g. at
+    shutdown). A worker that dies loses at most `flush_s` of counts. With `flush_s` 0 every acquisition is
+    written at once (embedded mode's store is in the process anyway).
     """
 
     def __init__(self, store: redis_lib.Redis, flush_s: float = 1.0) -> None:
@@ -150,7 +150,7 @@ class LimiterWaits:
         self._counts: dict[str, int] = {}
         self._sums: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._written_at = time.monotonic()
+        self._timer: threading.Timer | None = None
 
     def record(self, endpoint: str, waited_s: float, *, timed_out: bool = False) -> None:
         counts, waited = _wait_fields(endpoint, waited_s, timed_out)
@@ -159,8 +159,11 @@ class LimiterWaits:
                 self._counts[name] = self._counts.get(name, 0) + n
             key = f"{endpoint}|sum"
             self._sums[key] = self._sums.get(key, 0.0) + waited
-            due = time.monotonic() - self._written_at >= self.flush_s
-        if due:
+            if self.flush_s > 0 and self._timer is None:
+                self._timer = threading.Timer(self.flush_s, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if self.flush_s <= 0:
             self.flush()
 
     def flush(self) -> None:
@@ -168,7 +171,9 @@ class LimiterWaits:
         with self._lock:
             counts, sums = self._counts, self._sums
             self._counts, self._sums = {}, {}
-            self._written_at = time.monotonic()
+            timer, self._timer = self._timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
         if not counts and not sums:
             return
         try:

@@ -122,6 +122,8 @@ def start_job(job_id: str) -> None:
     jid = uuid.UUID(job_id)
     with session_scope(ctx.sessions) as session:
         mark_started(session, [jid])
+    # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
+    log.info("job %s received; the dispatcher sends its items", jid)
     _finalize(ctx, jid)
 
 

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import fakeredis
@@ -216,6 +217,17 @@ def test_a_worker_writes_limiter_waits_once_a_second_with_the_same_counts() -> N
     at_once = signals.LimiterWaits(store, flush_s=0.0)
     at_once.record("agent", 1.0)
     assert signals.read_limiter_metrics(store)["agent"].count == 1
+
+
+def test_an_idle_worker_still_writes_what_it_counted() -> None:
+    """The write does not wait for a next call: a timer makes it once the counts are `flush_s` old."""
+    store = fakeredis.FakeRedis()
+    waits = signals.LimiterWaits(store, flush_s=0.01)
+    waits.record("decisions", 0.5)
+    deadline = time.monotonic() + 10
+    while not store.exists(signals.METRICS_KEY) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert signals.read_limiter_metrics(store)["decisions"].count == 1
 
 
 def test_a_metrics_write_failure_never_raises(caplog: pytest.LogCaptureFixture) -> None:
