@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +61,74 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+
+
+def descendants(pid: int) -> list[int]:
+    """The live children of a process, their children and so on (gunicorn's workers, for instance)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                kids = [int(k) for k in (task / "children").read_text().split()]
+                out += kids
+                todo += kids
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of a process and of every live descendant (a forking server's workers are not reaped until
+    it exits, so `cpu_seconds` of the master alone misses them)."""
+    total = cpu_seconds(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(child)
+    return total
+
+
+def pids_matching(needle: str) -> list[int]:
+    """Processes whose command line contains `needle` (Postgres names each backend's database in it)."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if needle in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+    return found
+
+
+class CpuSampler:
+    """CPU of processes that come and go (the Postgres backends of one database): sampled now and then,
+    so a backend that exits mid-run still counts what it used up to its last sample."""
+
+    def __init__(self, find: Callable[[], list[int]]) -> None:
+        self._find = find
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self.sample(initial=True)
+
+    def sample(self, *, initial: bool = False) -> None:
+        for pid in self._find():
+            with contextlib.suppress(OSError):
+                used = cpu_seconds(pid)
+                if initial:
+                    self._first[pid] = used
+                self._first.setdefault(pid, 0.0)  # started during the run: all its CPU is ours
+                self._last[pid] = used
+
+    def seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)
+
+
+def redis_server_pid(url: str = REDIS_URL) -> int | None:
+    """The pid of the Redis server behind `url`, if it runs on this machine."""
+    try:
+        pid = int(redis_lib.Redis.from_url(url).info("server")["process_id"])
+    except Exception:
+        return None
+    return pid if Path(f"/proc/{pid}/stat").exists() else None
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -127,10 +195,14 @@ class Procs:
         self.wait_http(base + "/stats")
         return base
 
-    def start_worker(self, name: str = "worker", concurrency: int = 8, beat: bool = False) -> None:
+    def start_worker(
+        self, name: str = "worker", concurrency: int = 8, beat: bool = False, loglevel: str = "warning"
+    ) -> None:
+        """A `celery worker` as the Procfile runs it (threads pool, prefetch 1), at `loglevel`."""
         argv = [str(BIN / "celery"), "-A", "workers.app", "worker", "--pool", "threads",
-                "--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle",
-                "--without-gossip", "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
+                "--concurrency", str(concurrency), "--prefetch-multiplier", "1", "--loglevel", loglevel,
+                "--without-mingle", "--without-gossip",
+                "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
         if beat:
             argv += ["-B", "--schedule", str(self.logdir / f"{name}-beat.db")]
         self.start(name, argv)

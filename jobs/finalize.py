@@ -90,4 +90,5 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         }
     session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
     session.refresh(job)
+    log.info("job %s %s: %d items", job_id, values["status"], counts.total)
     return True

@@ -23,13 +23,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import exists, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Table, Update, bindparam, exists, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from jobs.records import CallRow, ClaimedItem
 from models import ApiCall, Item, Job, utcnow
+from models.base import UTCDateTime
 
 CANCELLED_ERROR = "job cancelled"
 DEFAULT_MAX_TRIES = 4
@@ -43,7 +44,101 @@ _ERROR_CHARS = 4_000
 # Job id -> (tenant id, options). Both are fixed at intake, so a worker reads them once per job.
 _JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}
 _JOB_STATIC_MAX = 1_024
+# What the one-statement operations run on: a session, or — cheaper, for a statement on its own — a
+# connection (models/db.py:autocommit_scope).
+Executor = Session | Connection
 _LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling", "cancelled")))
+
+# The statements every item runs (a claim, then a settle: twice per upstream request) are built once, on
+# the tables rather than the mapped classes. A prebuilt statement's cache key is memoized, so each run
+# costs binding its values — not building the expression, computing its cache key and going through the
+# ORM's bulk UPDATE/INSERT machinery, which together cost more than the database's own work here
+# (measured: about 1.3 ms of Python per item; docs/architecture.md, "Modes of running", facts measured).
+_ITEMS = cast(Table, Item.__table__)
+_CALLS = cast(Table, ApiCall.__table__)
+_JOBS = cast(Table, Job.__table__)
+_LIVE_JOB_T = exists().where(
+    _JOBS.c.id == _ITEMS.c.job_id, _JOBS.c.status.not_in(("cancelling", "cancelled"))
+)
+_CLAIM = (
+    update(_ITEMS)
+    .where(
+        _ITEMS.c.id == bindparam("item_id"),
+        _ITEMS.c.status == "pending",
+        _ITEMS.c.tries < bindparam("max_tries"),
+        _LIVE_JOB_T,
+    )
+    .values(
+        status="running",
+        attempts=_ITEMS.c.attempts + 1,
+        tries=_ITEMS.c.tries + 1,
+        lease_until=bindparam("lease_to", type_=UTCDateTime()),
+        not_before=None,
+    )
+    .returning(
+        _ITEMS.c.job_id,
+        _ITEMS.c.attempts,
+        _ITEMS.c.stage,
+        _ITEMS.c.mode,
+        _ITEMS.c.custom_id,
+        _ITEMS.c.input,
+        _ITEMS.c.dedupe_key,
+    )
+)
+_SETTLE = (
+    update(_ITEMS)
+    .where(
+        _ITEMS.c.id == bindparam("item_id"),
+        _ITEMS.c.status == "running",
+        _ITEMS.c.attempts == bindparam("token"),
+    )
+    .values(
+        status=bindparam("to_status"),
+        output=bindparam("to_output", type_=_ITEMS.c.output.type),
+        error=bindparam("to_error"),
+        lease_until=None,
+        finished_at=bindparam("at", type_=UTCDateTime()),
+    )
+)
+_INSERT_CALL = insert(_CALLS)
+_CALL_COLUMNS = (
+    "tenant_id",
+    "job_id",
+    "item_id",
+    "endpoint",
+    "model",
+    "attempt",
+    "status_code",
+    "request_id",
+    "latency_ms",
+    "wait_ms",
+    "input_tokens",
+    "output_tokens",
+    "searches",
+    "search_results",
+    "cost_usd",
+    "error",
+    "created_at",
+)
+# `_SETTLE` with the try's call rows inserted by a CTE, by number of rows (usually 1; at most the client's
+# attempts per call times the calls of one item).
+_SETTLE_WITH_CALLS: dict[int, Update] = {}
+
+
+def _settle_with_calls(n: int) -> Update:
+    """One statement that inserts `n` call rows and settles the item: Postgres runs a data-modifying CTE
+    exactly once, whether or not the UPDATE matches, so the calls are kept even when the lease was lost."""
+    statement = _SETTLE_WITH_CALLS.get(n)
+    if statement is None:
+        # One single-row INSERT per call: a multi-row VALUES has no cache key (it would compile every time).
+        inserts = [
+            insert(_CALLS)
+            .values({c: bindparam(f"{c}_{i}", type_=_CALLS.c[c].type) for c in _CALL_COLUMNS})
+            .cte(f"call_{i}")
+            for i in range(n)
+        ]
+        statement = _SETTLE_WITH_CALLS[n] = _SETTLE.add_cte(*inserts)
+    return statement
 
 
 @dataclass(frozen=True)
@@ -129,7 +224,7 @@ def item_usage(session: Session, item_id: int) -> ItemUsage:
     )
 
 
-def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
+def _job_static(session: Executor, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
     hit = _JOB_STATIC.get(job_id)
     if hit is None:
         tenant_id, options = session.execute(select(Job.tenant_id, Job.options).where(Job.id == job_id)).one()
@@ -139,39 +234,18 @@ def _job_static(session: Session, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[st
     return hit
 
 
-def claim_item(
-    session: Session, item_id: int, lease_s: float, max_tries: int = DEFAULT_MAX_TRIES
-) -> ClaimedItem | Exhausted | None:
-    """Take a pending item for this worker; None if it is not pending (already done, running, ...).
-
-    One conditional UPDATE does the claim (this runs once per upstream request, so round trips count).
-    An item of a job that is being cancelled is skipped instead of claimed, and an item that has used
-    `max_tries` tries is failed instead (returned as `Exhausted`, so the caller can move its job on).
-    """
-    now = utcnow()
+def try_claim(
+    session: Executor, item_id: int, lease_s: float, max_tries: int = DEFAULT_MAX_TRIES
+) -> ClaimedItem | None:
+    """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
+    one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
+    caller then runs `claim_item` in a transaction to apply the other rules."""
     claimed = session.execute(
-        update(Item)
-        .where(Item.id == item_id, Item.status == "pending", Item.tries < max_tries, _LIVE_JOB)
-        .values(
-            status="running",
-            attempts=Item.attempts + 1,
-            tries=Item.tries + 1,
-            lease_until=now + timedelta(seconds=lease_s),
-            not_before=None,
-        )
-        .returning(
-            Item.job_id, Item.attempts, Item.stage, Item.mode, Item.custom_id, Item.input, Item.dedupe_key
-        )
+        _CLAIM,
+        {"item_id": item_id, "max_tries": max_tries, "lease_to": utcnow() + timedelta(seconds=lease_s)},
     ).first()
     if claimed is None:
-        skipped = session.execute(
-            update(Item)
-            .where(Item.id == item_id, Item.status == "pending", ~_LIVE_JOB)
-            .values(status="skipped", error=CANCELLED_ERROR, finished_at=now)
-        )
-        if getattr(skipped, "rowcount", 0):
-            return None
-        return _fail_exhausted(session, item_id, max_tries)
+        return None
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
     tenant_id, options = _job_static(session, job_id)
     return ClaimedItem(
@@ -186,6 +260,28 @@ def claim_item(
         options=options,
         dedupe_key=dedupe_key,
     )
+
+
+def claim_item(
+    session: Session, item_id: int, lease_s: float, max_tries: int = DEFAULT_MAX_TRIES
+) -> ClaimedItem | Exhausted | None:
+    """Take a pending item for this worker; None if it is not pending (already done, running, ...).
+
+    One conditional UPDATE does the claim (this runs once per upstream request, so round trips count).
+    An item of a job that is being cancelled is skipped instead of claimed, and an item that has used
+    `max_tries` tries is failed instead (returned as `Exhausted`, so the caller can move its job on).
+    """
+    claimed = try_claim(session, item_id, lease_s, max_tries)
+    if claimed is not None:
+        return claimed
+    skipped = session.execute(
+        update(Item)
+        .where(Item.id == item_id, Item.status == "pending", ~_LIVE_JOB)
+        .values(status="skipped", error=CANCELLED_ERROR, finished_at=utcnow())
+    )
+    if getattr(skipped, "rowcount", 0):
+        return None
+    return _fail_exhausted(session, item_id, max_tries)
 
 
 def _fail_exhausted(session: Session, item_id: int, max_tries: int) -> Exhausted | None:
@@ -227,36 +323,35 @@ def extend_leases(session: Session, held: Sequence[tuple[int, int]], lease_s: fl
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def _call_values(item: ClaimedItem, calls: Sequence[CallRow], now: datetime) -> list[dict[str, Any]]:
+    return [
+        {
+            "tenant_id": item.tenant_id,
+            "job_id": item.job_id,
+            "item_id": item.id,
+            "endpoint": c.endpoint,
+            "model": c.model[:_MODEL_CHARS] if c.model else c.model,
+            "attempt": c.attempt,
+            "status_code": c.status_code,
+            "request_id": c.request_id[:_REQUEST_ID_CHARS] if c.request_id else c.request_id,
+            "latency_ms": c.latency_ms,
+            "wait_ms": c.wait_ms,
+            "input_tokens": c.input_tokens,
+            "output_tokens": c.output_tokens,
+            "searches": c.searches,
+            "search_results": c.search_results,
+            "cost_usd": c.cost_usd,
+            "error": c.error[:_ERROR_CHARS] if c.error else c.error,
+            "created_at": now,
+        }
+        for c in calls
+    ]
+
+
 def record_calls(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) -> None:
     """Store one `api_calls` row per HTTP attempt (they happened, whatever becomes of the item)."""
-    if not calls:
-        return
-    now = utcnow()
-    session.execute(
-        insert(ApiCall),
-        [
-            {
-                "tenant_id": item.tenant_id,
-                "job_id": item.job_id,
-                "item_id": item.id,
-                "endpoint": c.endpoint,
-                "model": c.model[:_MODEL_CHARS] if c.model else c.model,
-                "attempt": c.attempt,
-                "status_code": c.status_code,
-                "request_id": c.request_id[:_REQUEST_ID_CHARS] if c.request_id else c.request_id,
-                "latency_ms": c.latency_ms,
-                "wait_ms": c.wait_ms,
-                "input_tokens": c.input_tokens,
-                "output_tokens": c.output_tokens,
-                "searches": c.searches,
-                "search_results": c.search_results,
-                "cost_usd": c.cost_usd,
-                "error": c.error[:_ERROR_CHARS] if c.error else c.error,
-                "created_at": now,
-            }
-            for c in calls
-        ],
-    )
+    if calls:
+        session.execute(_INSERT_CALL, _call_values(item, calls, utcnow()))
 
 
 def _usage_after(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) -> ItemUsage:
@@ -301,11 +396,16 @@ def _settle(
     error: str | None,
 ) -> bool:
     """Move a running item we hold to a terminal status, and its pending duplicates with it."""
-    now = utcnow()
     result = session.execute(
-        update(Item)
-        .where(Item.id == item.id, Item.status == "running", Item.attempts == item.token)
-        .values(status=status, output=output, error=error, lease_until=None, finished_at=now)
+        _SETTLE,
+        {
+            "item_id": item.id,
+            "token": item.token,
+            "to_status": status,
+            "to_output": output,
+            "to_error": error,
+            "at": utcnow(),
+        },
     )
     if not getattr(result, "rowcount", 0):
         return False  # our lease was taken over; the new holder writes the result
@@ -336,6 +436,62 @@ def fail_item(
     record_calls(session, item, calls)
     out = {**(output or {}), "usage": _usage_after(session, item, calls).as_dict()}
     return _settle(session, item, status="failed", output=out, error=error[:_ERROR_CHARS])
+
+
+def settles_at_once(dialect: str, item: ClaimedItem) -> bool:
+    """Whether `finish_item_at_once` / `fail_item_at_once` can store this item's outcome: on Postgres, on
+    its first try (its usage is this try's rows, no read) and when it is not a repeated request (whose
+    duplicates must settle in the same transaction)."""
+    return dialect == "postgresql" and item.token == 1 and item.dedupe_key is None
+
+
+def _settle_at_once(
+    session: Executor,
+    item: ClaimedItem,
+    *,
+    status: str,
+    output: dict[str, Any],
+    error: str | None,
+    calls: Sequence[CallRow],
+) -> bool:
+    dialect = session.dialect if isinstance(session, Connection) else session.get_bind().dialect
+    if not settles_at_once(dialect.name, item):
+        raise ValueError(f"item {item.id} cannot settle in one statement")
+    now = utcnow()
+    params: dict[str, Any] = {
+        "item_id": item.id,
+        "token": item.token,
+        "to_status": status,
+        "to_output": {**output, "usage": usage_of_rows(calls).as_dict()},
+        "to_error": error,
+        "at": now,
+    }
+    for i, row in enumerate(_call_values(item, calls, now)):
+        params.update({f"{name}_{i}": value for name, value in row.items()})
+    result = session.execute(_settle_with_calls(len(calls)) if calls else _SETTLE, params)
+    return bool(getattr(result, "rowcount", 0))
+
+
+def finish_item_at_once(
+    session: Executor, item: ClaimedItem, output: dict[str, Any], calls: Sequence[CallRow] = ()
+) -> bool:
+    """`finish_item` as one statement (see `settles_at_once` for when it applies): the call rows and the
+    result commit together even without a transaction around them, so a worker can store an outcome in one
+    round trip instead of BEGIN, INSERT, UPDATE and COMMIT."""
+    return _settle_at_once(session, item, status="done", output=output, error=None, calls=calls)
+
+
+def fail_item_at_once(
+    session: Executor,
+    item: ClaimedItem,
+    error: str,
+    calls: Sequence[CallRow] = (),
+    output: dict[str, Any] | None = None,
+) -> bool:
+    """`fail_item` as one statement (see `finish_item_at_once`)."""
+    return _settle_at_once(
+        session, item, status="failed", output=output or {}, error=error[:_ERROR_CHARS], calls=calls
+    )
 
 
 def skip_item(session: Session, item: ClaimedItem, reason: str) -> bool:

@@ -1,7 +1,7 @@
 """factgate: SQLAlchemy models, engine and session factory (the schema changes only via migrations/)."""
 
 from models.base import Base, utcnow
-from models.db import make_engine, make_session_factory, session_scope
+from models.db import autocommit_scope, make_engine, make_session_factory, session_scope
 from models.jobs import (
     ITEM_STATUSES,
     ITEM_TERMINAL_STATUSES,
@@ -29,6 +29,7 @@ __all__ = [
     "Job",
     "Tenant",
     "WebSession",
+    "autocommit_scope",
     "make_engine",
     "make_session_factory",
     "session_scope",

@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from kombu import Exchange, Queue
 
 from config import Settings
+
+DEFAULT_QUEUE = "celery"  # Celery's default queue name, which the web process also sends to
 
 
 def beat_schedule_path(settings: Settings) -> Path:
@@ -29,12 +32,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "accept_content": ["json"],
         "timezone": "UTC",
         "enable_utc": True,
-        # Messages are acknowledged when their task starts. Redelivery is the database's job: a task
-        # lost with its worker leaves a lease that expires, a message lost before it started leaves a
-        # stale dispatch, and both are sent again (item tasks are idempotent: conditional claims). Late
-        # acks would add nothing here — Redis only redelivers after the visibility timeout — and they
-        # put an acknowledgement on every task's way out, which kombu flushes onto a dead connection when
-        # Redis goes away, leaving the consumer unable to reconnect (seen in the Redis-outage test).
+        # Redelivery is the database's job: a task lost with its worker leaves a lease that expires, a
+        # message lost before it started leaves a stale dispatch, and both are sent again (item tasks are
+        # idempotent: conditional claims). So in server mode the queue is consumed without
+        # acknowledgements (below, and workers/broker.py), and in embedded mode a message is acknowledged
+        # when its task starts. Late acks would add nothing — Redis only redelivers after the visibility
+        # timeout — and they put an acknowledgement on every task's way out, which kombu flushes onto a
+        # dead connection when Redis goes away, leaving the consumer unable to reconnect (seen in the
+        # Redis-outage test). Without acknowledgements the prefetch limit does not bound what a worker
+        # takes; the dispatcher's in-flight bound does (a few tens of messages per scope).
         "task_acks_late": False,
         "worker_prefetch_multiplier": 1,
         "worker_concurrency": settings.worker_concurrency,
@@ -61,9 +67,16 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     else:
         conf.update(
             broker_url=settings.redis_url,
+            # Tasks are consumed without acknowledgements (workers/broker.py says why): a message leaves
+            # Redis when a worker takes it, and redelivery is the database's job.
+            broker_transport="workers.broker:Transport",
+            task_queues=[
+                Queue(DEFAULT_QUEUE, Exchange(DEFAULT_QUEUE), routing_key=DEFAULT_QUEUE, no_ack=True)
+            ],
             result_backend=settings.redis_url,
             # A message must stay invisible for longer than the longest task, or Redis hands it to a
-            # second worker while the first still runs it (the lease then keeps the result single).
+            # second worker while the first still runs it (the lease then keeps the result single). Only
+            # a queue consumed with acknowledgements keeps messages aside; ours are popped.
             broker_transport_options={"visibility_timeout": max(3600, settings.lease_s * 4)},
             result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
             redis_backend_health_check_interval=30,

@@ -1,17 +1,83 @@
-"""What a worker process runs beside its task pool: the dispatcher loop (workers/dispatcher.py).
+"""What a worker process runs beside its task pool: the dispatcher loop (workers/dispatcher.py), and the
+hand-back of items it received but never started.
 
 A Celery bootstep ties the loop's life to the worker's, in server mode (`celery worker`) and in embedded
 mode (the in-process `WorkController`) alike. Every worker runs it; a Redis lock lets one of them lead.
+
+A worker takes messages ahead of its free threads, and in server mode they leave Redis as it takes them
+(workers/broker.py). A warm shutdown finishes the running tasks and drops the waiting ones; their items
+would wait until their dispatch goes stale (`FACTGATE_DISPATCH_STALE_S`) to be sent again. So the worker
+notes which items it received and has not started, and at shutdown makes them dispatchable at once.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
-from celery import bootsteps
+from celery import bootsteps, signals
 
+from jobs.scheduling import forget_dispatches
+from models import session_scope
 from workers.context import get_context
 from workers.dispatcher import Dispatcher
+
+log = logging.getLogger("factgate.workers")
+
+ITEM_TASK = "factgate.run_item"
+_waiting: dict[str, int] = {}  # task id -> item id: received by this process, not started yet
+_waiting_lock = threading.Lock()
+
+
+@signals.task_received.connect
+def _note_received(request: Any = None, **_: Any) -> None:
+    if request is None or getattr(request, "name", None) != ITEM_TASK or not request.args:
+        return
+    with _waiting_lock:
+        _waiting[request.id] = int(request.args[0])
+
+
+@signals.task_prerun.connect
+def _note_started(task_id: str | None = None, **_: Any) -> None:
+    if task_id is not None:
+        with _waiting_lock:
+            _waiting.pop(task_id, None)
+
+
+def waiting_items() -> list[int]:
+    """Items whose message this process received and whose task has not started."""
+    with _waiting_lock:
+        return sorted(set(_waiting.values()))
+
+
+@signals.worker_shutdown.connect
+def _flush_metrics(sender: Any = None, **_: Any) -> None:
+    """Write the limiter waits counted since the last write (they are written once a second)."""
+    if sender is not None:
+        waits = get_context(sender.app).waits
+        if waits is not None:
+            waits.flush()
+
+
+@signals.worker_shutdown.connect
+def _give_back_waiting(sender: Any = None, **_: Any) -> None:
+    """After a warm shutdown (the pool is stopped: nothing more starts), make the items whose tasks were
+    dropped dispatchable again. Only items still pending and dispatched change; if the database is away,
+    their dispatch goes stale as before."""
+    with _waiting_lock:
+        ids = sorted(set(_waiting.values()))
+        _waiting.clear()
+    if not ids or sender is None:
+        return
+    try:
+        with session_scope(get_context(sender.app).sessions) as session:
+            given = forget_dispatches(session, ids)
+    except Exception:
+        log.warning("could not give back %d received items; they go stale instead", len(ids), exc_info=True)
+        return
+    if given:
+        log.info("gave back %d items received but not started", given)
 
 
 class DispatcherStep(bootsteps.StartStopStep):

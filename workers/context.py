@@ -27,7 +27,7 @@ from jobs.tenancy import TenantKey, tenant_key
 from models import make_engine, make_session_factory
 from workers.leases import LeaseKeeper
 from workers.limiter import LimiterTimeout, RateLimiter, scope_for, with_headroom
-from workers.signals import record_limiter_wait, record_throttled
+from workers.signals import LimiterWaits, record_throttled
 
 SIMULATOR_BASE = "http://simulator.invalid"
 SIMULATOR_KEY = "simulator-key"
@@ -78,6 +78,7 @@ class WorkerContext:
     limiter: RateLimiter
     client: PerplexityClient
     leases: LeaseKeeper
+    waits: LimiterWaits
     _tenant_clients: dict[str, PerplexityClient] = field(default_factory=dict, repr=False)
     _tenant_keys: dict[uuid.UUID, tuple[float, TenantKey | None]] = field(default_factory=dict, repr=False)
     _clients_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -107,11 +108,14 @@ class WorkerContext:
             client = self._tenant_clients.get(stored.fingerprint)
             if client is None:
                 secret = keyring_for(self.settings).decrypt(stored.encrypted)
-                client = make_client(self.settings, secret, self.limiter, self.redis, self.rate_for)
+                client = make_client(
+                    self.settings, secret, self.limiter, self.redis, self.rate_for, waits=self.waits
+                )
                 self._tenant_clients[stored.fingerprint] = client
         return client, stored.fingerprint
 
     def close(self) -> None:
+        self.waits.flush()
         self.leases.close()
         self.client.close()
         for client in self._tenant_clients.values():
@@ -132,6 +136,8 @@ def make_client(
     limiter: RateLimiter,
     rds: redis_lib.Redis,
     rate_for: Callable[[str], float],
+    *,
+    waits: LimiterWaits,
 ) -> PerplexityClient:
     """A client for one upstream key, paced by the global limiter in that key's scopes.
 
@@ -149,9 +155,9 @@ def make_client(
                 max_wait_s=settings.limiter_max_wait_s,
             )
         except LimiterTimeout as exc:
-            record_limiter_wait(rds, endpoint, exc.waited, timed_out=True)
+            waits.record(endpoint, exc.waited, timed_out=True)
             raise
-        record_limiter_wait(rds, endpoint, waited)
+        waits.record(endpoint, waited)
 
     def on_throttled(endpoint: str, wait_s: float) -> None:
         limiter.block(scope_for(scope_key, endpoint), wait_s)
@@ -176,8 +182,16 @@ def build_context(settings: Settings) -> WorkerContext:
     else:
         rds = embedded_redis()
     limiter = RateLimiter(rds)
+    # Limiter waits are counted per call and written once a second (workers/signals.py:LimiterWaits);
+    # embedded mode's store is in this process, so there they are written at once.
+    waits = LimiterWaits(rds, flush_s=1.0 if settings.redis_url else 0.0)
     client = make_client(
-        settings, settings.perplexity_api_key, limiter, rds, lambda endpoint: rate_of(settings, endpoint)
+        settings,
+        settings.perplexity_api_key,
+        limiter,
+        rds,
+        lambda endpoint: rate_of(settings, endpoint),
+        waits=waits,
     )
     sessions = make_session_factory(engine)
     return WorkerContext(
@@ -188,6 +202,7 @@ def build_context(settings: Settings) -> WorkerContext:
         limiter=limiter,
         client=client,
         leases=LeaseKeeper(sessions, settings.lease_s),
+        waits=waits,
     )
 
 

@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Celery, chord
+from celery.backends.redis import RedisBackend
 
 from checks.fairness import Backlog, FairState, allocate, shares, wait_bounds
 from jobs import scheduling
@@ -102,7 +103,7 @@ class Dispatcher:
         *,
         interval_s: float | None = None,
         idle_interval_s: float = 0.1,
-        send: Callable[[uuid.UUID, list[Ready]], None] | None = None,
+        send: Callable[[uuid.UUID, list[Ready], Any], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.app = app
@@ -124,6 +125,11 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._renew = ctx.redis.register_script(_RENEW)
         self.leading = False
+        # An item task returns nothing anyone reads: its outcome is in the database. Storing it cost a
+        # GET, a SET and a PUBLISH per item. The Redis backend joins a chord from the header's own
+        # returns (its chord counter), so there the results need not be stored (`ignore_result`); the
+        # in-memory backend of embedded mode joins by reading each stored result, so there they must be.
+        self._redis_backend = isinstance(app.backend, RedisBackend)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -285,36 +291,70 @@ class Dispatcher:
                 job_id = uuid.UUID(job_key)
                 picks[job_id] = ready[job_id][:n]
             marked = scheduling.mark_dispatched(session, [r.id for rs in picks.values() for r in rs], scope)
+            queued = {j.id for j in jobs if j.status == "queued"}  # a job in progress needs no write
             scheduling.mark_started(
-                session, [j for j, rs in picks.items() if any(r.id in marked for r in rs)]
+                session, [j for j, rs in picks.items() if j in queued and any(r.id in marked for r in rs)]
             )
-        sent = 0
+        windows: list[tuple[uuid.UUID, list[Ready]]] = []
         for job_id, items in picks.items():
             mine = [r for r in items if r.id in marked]
-            for start in range(0, len(mine), self.window):
-                window = mine[start : start + self.window]
-                try:
-                    self._send(job_id, window)
-                except Exception:
-                    log.warning(
-                        "dispatcher: could not send %d items of job %s", len(window), job_id, exc_info=True
-                    )
-                    with session_scope(self.ctx.sessions) as session:
-                        scheduling.forget_dispatches(session, [r.id for r in window])
-                    continue
-                sent += len(window)
-                self._sent.append((time.monotonic(), job_id, len(window)))
-        return sent
+            windows += [(job_id, mine[i : i + self.window]) for i in range(0, len(mine), self.window)]
+        return self._send_windows(windows)
 
-    def _send_chord(self, job_id: uuid.UUID, window: list[Ready]) -> None:
-        """One chord per window: the items, then `after_window` with the questions they belong to."""
+    def _send_windows(self, windows: list[tuple[uuid.UUID, list[Ready]]]) -> int:
+        """Send every window's chord in one producer batch: on Redis all their messages go out in one
+        pipeline (one round trip per tick instead of one per item; transports without batches send each
+        message at once). If sending fails, the windows' items are dispatchable again (any message that did
+        go out finds its item already taken or done: claims are conditional)."""
+        if not windows:
+            return 0
+        try:
+            with self.app.producer_or_acquire() as producer, producer.batch():
+                for job_id, window in windows:
+                    self._send(job_id, window, producer)
+        except Exception:
+            log.warning("dispatcher: could not send %d windows", len(windows), exc_info=True)
+            with session_scope(self.ctx.sessions) as session:
+                scheduling.forget_dispatches(session, [r.id for _job, window in windows for r in window])
+            return 0
+        now = time.monotonic()
+        for job_id, window in windows:
+            self._sent.append((now, job_id, len(window)))
+        return sum(len(window) for _job, window in windows)
+
+    def _send_chord(self, job_id: uuid.UUID, window: list[Ready], producer: Any = None) -> None:
+        """One chord per window: the items, then `after_window` with the questions they belong to.
+
+        On Redis the chord is sent as its parts: the chord's size for the backend's counter, then each item
+        task carrying the body, its group and its place in it — what `chord()` sends there, since the Redis
+        backend's `apply_chord` stores nothing for plain tasks. `chord()` itself costs almost twice as much
+        per item (it builds a group, freezes every signature and subscribes to every task's result, which
+        item tasks never store) and does not pass a producer on, so its messages could not join the tick's
+        batch. Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
         body = self.app.signature(
             "factgate.after_window",
             args=(str(job_id), sorted({r.parent_id for r in window if r.parent_id is not None})),
             immutable=True,
         )
-        header = [self.app.signature("factgate.run_item", args=(r.id,), immutable=True) for r in window]
-        chord(header, app=self.app)(body)
+        if not self._redis_backend:
+            chord([self.app.signature("factgate.run_item", args=(r.id,), immutable=True) for r in window])(
+                body
+            )
+            return
+        group_id = str(uuid.uuid4())
+        self.app.backend.set_chord_size(group_id, len(window))
+        for index, r in enumerate(window):
+            self.app.send_task(
+                "factgate.run_item",
+                args=(r.id,),
+                group_id=group_id,
+                group_index=index,
+                # The chord's body, as Celery's own group sends it (celery-types says `chord`).
+                chord=body,  # type: ignore[arg-type]
+                ignore_result=True,
+                producer=producer,
+                add_to_parent=False,
+            )
 
     # --- what status pages show ------------------------------------------------------------------
 

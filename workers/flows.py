@@ -87,6 +87,8 @@ class Calls:
     def add(self, record: CallRecord, model: str | None = None) -> None:
         rows = priced_rows(record, model)
         self.rows += rows
+        if self.item.options.get("budget_usd") is None:
+            return  # only a budget reads the counter: without one, counting is a Redis round trip for nothing
         try:
             spend(self.ctx, self.item.job_id, sum(r.cost_usd for r in rows))
         except INFRA_ERRORS:

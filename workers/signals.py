@@ -74,10 +74,24 @@ def _unbind_task_ids(task_id: str | None = None, **_: Any) -> None:
             unbind(token)
 
 
+# Lines logged for every item at INFO: Celery's "Task ... received" and "Task ... succeeded in ...", and
+# httpx's "HTTP Request: POST ..." for every upstream attempt — three records per item, hundreds a second
+# at full speed, about a millisecond of worker CPU per item between them. What an item did is in the
+# database (its status, output and `api_calls` with their request ids); failures are still logged, and the
+# lines come back at DEBUG (where clients/perplexity.py also logs every attempt with its request id).
+PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "httpx")
+
+
 @signals.setup_logging.connect
 def _worker_logging(loglevel: Any = None, **_: Any) -> None:
-    """Worker processes log structured lines (a receiver here also stops Celery's own setup)."""
+    """Worker processes log structured lines (a receiver here also stops Celery's own setup).
+
+    Runs before the worker builds its task tracers, which read their loggers' levels once.
+    """
     configure_logging(loglevel if loglevel else None)
+    quiet = logging.getLogger().getEffectiveLevel() > logging.DEBUG
+    for name in PER_TASK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
 # --- limiter metrics in Redis --------------------------------------------------------------------------
@@ -87,24 +101,85 @@ def _bucket_field(endpoint: str, bound: float) -> str:
     return f"{endpoint}|le|{bound:g}"
 
 
+def _wait_fields(endpoint: str, waited_s: float, timed_out: bool) -> tuple[dict[str, int], float]:
+    """The hash fields one acquisition increments, and the seconds it adds to the sum."""
+    waited = max(0.0, float(waited_s))
+    counts = {f"{endpoint}|count": 1}
+    for bound in WAIT_BUCKETS:
+        if waited <= bound:
+            counts[_bucket_field(endpoint, bound)] = 1
+            break  # cumulative counts are summed when read: one write per call
+    if timed_out:
+        counts[f"{endpoint}|timeouts"] = 1
+    return counts, waited
+
+
+def _write(store: redis_lib.Redis, counts: Mapping[str, int], sums: Mapping[str, float]) -> None:
+    pipe = store.pipeline(transaction=False)
+    for name, n in counts.items():
+        pipe.hincrby(METRICS_KEY, name, n)
+    for name, seconds in sums.items():
+        pipe.hincrbyfloat(METRICS_KEY, name, seconds)
+    pipe.execute()
+
+
 def record_limiter_wait(
     store: redis_lib.Redis, endpoint: str, waited_s: float, *, timed_out: bool = False
 ) -> None:
     """Count one limiter acquisition (seconds waited for a slot) for the histogram in /metrics."""
-    waited = max(0.0, float(waited_s))
+    counts, waited = _wait_fields(endpoint, waited_s, timed_out)
     try:
-        pipe = store.pipeline(transaction=False)
-        pipe.hincrby(METRICS_KEY, f"{endpoint}|count", 1)
-        pipe.hincrbyfloat(METRICS_KEY, f"{endpoint}|sum", waited)
-        for bound in WAIT_BUCKETS:
-            if waited <= bound:
-                pipe.hincrby(METRICS_KEY, _bucket_field(endpoint, bound), 1)
-                break  # cumulative counts are summed when read: one write per call
-        if timed_out:
-            pipe.hincrby(METRICS_KEY, f"{endpoint}|timeouts", 1)
-        pipe.execute()
+        _write(store, counts, {f"{endpoint}|sum": waited})
     except Exception:
         log.warning("could not record a limiter wait metric", exc_info=True)
+
+
+class LimiterWaits:
+    """`record_limiter_wait` for a worker: counted in the process, written at most every `flush_s`.
+
+    Every upstream call is one acquisition, so writing each was a Redis round trip per call; /metrics is
+    scraped every few seconds, so the counts are summed here and a timer thread writes them `flush_s` after
+    the first one since the last write (none runs while nothing is counted; `flush` writes at once, e.g. at
+    shutdown). A worker that dies loses at most `flush_s` of counts. With `flush_s` 0 every acquisition is
+    written at once (embedded mode's store is in the process anyway).
+    """
+
+    def __init__(self, store: redis_lib.Redis, flush_s: float = 1.0) -> None:
+        self.store = store
+        self.flush_s = flush_s
+        self._counts: dict[str, int] = {}
+        self._sums: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def record(self, endpoint: str, waited_s: float, *, timed_out: bool = False) -> None:
+        counts, waited = _wait_fields(endpoint, waited_s, timed_out)
+        with self._lock:
+            for name, n in counts.items():
+                self._counts[name] = self._counts.get(name, 0) + n
+            key = f"{endpoint}|sum"
+            self._sums[key] = self._sums.get(key, 0.0) + waited
+            if self.flush_s > 0 and self._timer is None:
+                self._timer = threading.Timer(self.flush_s, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if self.flush_s <= 0:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what was counted since the last write (a failed write is logged; its counts are lost)."""
+        with self._lock:
+            counts, sums = self._counts, self._sums
+            self._counts, self._sums = {}, {}
+            timer, self._timer = self._timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        if not counts and not sums:
+            return
+        try:
+            _write(self.store, counts, sums)
+        except Exception:
+            log.warning("could not record limiter wait metrics", exc_info=True)
 
 
 def record_throttled(store: redis_lib.Redis, endpoint: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from celery import current_app, shared_task
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -22,12 +23,23 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from config.logging import bind
 from jobs.finalize import maybe_finalize
 from jobs.flows import Step, advance_question, stalled_questions
-from jobs.items import Exhausted, claim_item, fail_item, finish_item, release_item, skip_item
+from jobs.items import (
+    Exhausted,
+    claim_item,
+    fail_item,
+    fail_item_at_once,
+    finish_item,
+    finish_item_at_once,
+    release_item,
+    settles_at_once,
+    skip_item,
+    try_claim,
+)
 from jobs.keyring import KeyringError
 from jobs.records import ClaimedItem
 from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.sweeper import expire_leases, live_job_ids
-from models import session_scope, utcnow
+from models import autocommit_scope, session_scope, utcnow
 from workers.answers import handle_answer_question, handle_investigation, handle_sentence
 from workers.claims import handle_claim
 from workers.context import WorkerContext, get_context
@@ -111,6 +123,8 @@ def start_job(job_id: str) -> None:
     jid = uuid.UUID(job_id)
     with session_scope(ctx.sessions) as session:
         mark_started(session, [jid])
+    # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
+    log.info("job %s received; the dispatcher sends its items", jid)
     _finalize(ctx, jid)
 
 
@@ -179,13 +193,32 @@ def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None
     return None
 
 
+def _at_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> bool:
+    """Whether the outcome can be stored in one statement (jobs/items.py:`settles_at_once`): a result or
+    a failure of an item that moves nothing else on. Most items settle this way, in one round trip."""
+    return (
+        isinstance(outcome, Done | Failed)
+        and item.stage not in ADVANCE_ON_SETTLE
+        and settles_at_once(ctx.engine.dialect.name, item)
+    )
+
+
+def _apply_at_once(session: Connection, item: ClaimedItem, outcome: Outcome) -> None:
+    if isinstance(outcome, Done):
+        finish_item_at_once(session, item, outcome.output, outcome.calls)
+    elif isinstance(outcome, Failed):
+        fail_item_at_once(session, item, outcome.error, outcome.calls, outcome.output)
+
+
 def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | None:
     """Store the outcome, riding out a short database outage; never lose the record of what was billed.
 
-    A connection fault is retried with backoff for up to SETTLE_PATIENCE_S (the lease is still being
-    renewed meanwhile). Any other database error — a value the database refuses — must not wedge the item
-    either: its calls are recorded and the item fails with a clear error, in a transaction of its own.
+    The common outcome is one statement without a transaction around it (`_at_once`); the others are one
+    transaction. A connection fault is retried with backoff for up to SETTLE_PATIENCE_S (the lease is still
+    being renewed meanwhile). Any other database error — a value the database refuses — must not wedge the
+    item either: its calls are recorded and the item fails with a clear error, in a transaction of its own.
     """
+    at_once = _at_once(ctx, item, outcome)
     try:
         for attempt in Retrying(
             retry=retry_if_exception(is_infrastructure_fault),
@@ -193,8 +226,13 @@ def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | No
             stop=stop_after_delay(SETTLE_PATIENCE_S),
             reraise=True,
         ):
-            with attempt, session_scope(ctx.sessions) as session:
-                return _apply(session, item, outcome)
+            with attempt:
+                if at_once:
+                    with autocommit_scope(ctx.engine) as session:
+                        _apply_at_once(session, item, outcome)
+                    return None
+                with session_scope(ctx.sessions) as session:
+                    return _apply(session, item, outcome)
     except Exception as exc:
         if is_infrastructure_fault(exc):
             log.error(
@@ -233,9 +271,16 @@ def run_item(item_id: int) -> None:
     before which it is not sent again; the dispatcher sends it when that time has passed.
     """
     ctx = _ctx()
+    lease_s, max_tries = ctx.settings.lease_s, ctx.settings.max_item_attempts
+    claim: ClaimedItem | Exhausted | None
     try:
-        with session_scope(ctx.sessions) as session:
-            claim = claim_item(session, item_id, ctx.settings.lease_s, ctx.settings.max_item_attempts)
+        # The common case is one UPDATE on its own; when it misses, the other rules (cancelled, out of
+        # tries, not pending) apply in a transaction.
+        with autocommit_scope(ctx.engine) as session:
+            claim = try_claim(session, item_id, lease_s, max_tries)
+        if claim is None:
+            with session_scope(ctx.sessions) as session:
+                claim = claim_item(session, item_id, lease_s, max_tries)
     except Exception as exc:
         if not is_infrastructure_fault(exc):
             raise

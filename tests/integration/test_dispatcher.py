@@ -56,7 +56,7 @@ class Harness:
         self.dispatcher.target = lambda endpoint: in_flight  # type: ignore[method-assign]
         self.dispatcher.lead()
 
-    def _record(self, job_id: uuid.UUID, window: list[Ready]) -> None:
+    def _record(self, job_id: uuid.UUID, window: list[Ready], _producer: object) -> None:
         self.sent.extend([job_id] * len(window))
 
     def settle_one(self) -> None:

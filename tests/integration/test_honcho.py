@@ -120,10 +120,16 @@ def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None
                     r'factgate_upstream_calls\{endpoint="decisions",status="200",window_s="900"\} \d', metrics
                 )
                 assert 'factgate_queue_depth{queue="celery"}' in metrics
-                waits = re.search(
-                    r'factgate_limiter_wait_seconds_count\{endpoint="decisions"\} (\S+)', metrics
-                )
-                assert waits is not None and float(waits.group(1)) >= 48
+
+                def waits_counted() -> bool:
+                    # Workers write their limiter waits once a second (workers/signals.py:LimiterWaits).
+                    text = httpx.get(f"{base}/metrics").text
+                    waits = re.search(
+                        r'factgate_limiter_wait_seconds_count\{endpoint="decisions"\} (\S+)', text
+                    )
+                    return waits is not None and float(waits.group(1)) >= 48
+
+                wait_for(waits_counted, timeout=30, what="the limiter waits in /metrics", log=log)
 
                 started |= descendants(honcho.pid)
                 assert len(started) >= 5  # web (master + worker), worker, beat, release

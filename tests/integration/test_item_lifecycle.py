@@ -2,7 +2,8 @@
 
 A try that may have cost money counts; a try given back before any POST does not; an item that has used
 every try fails at its next claim with its last error; a heartbeat keeps a live item's lease; usage sums
-every attempt of every try, and duplicates cost nothing.
+every attempt of every try, and duplicates cost nothing; the one-statement settle of the worker's common
+case stores exactly what the transactional one does.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from jobs.items import (
     claim_item,
     extend_leases,
     fail_item,
+    fail_item_at_once,
     finish_item,
+    finish_item_at_once,
     item_usage,
     release_item,
+    settles_at_once,
+    try_claim,
 )
 from jobs.records import CallRow, ClaimedItem
 from jobs.scheduling import ready_items
@@ -147,3 +152,75 @@ def test_usage_sums_every_try_and_duplicates_cost_nothing(db: Session) -> None:
     # The repeat of the request settles with its leader but bills nothing.
     assert twin.status == "failed" and twin.output["usage"]["attempts"] == 0  # type: ignore[index]
     assert twin.output["duplicate_of_item"] == leader  # type: ignore[index]
+
+
+def _calls_of(db: Session, item_id: int) -> list[tuple[object, ...]]:
+    return [
+        (
+            c.attempt,
+            c.status_code,
+            c.request_id,
+            c.latency_ms,
+            c.wait_ms,
+            c.input_tokens,
+            c.searches,
+            c.cost_usd,
+        )
+        for c in db.scalars(select(ApiCall).where(ApiCall.item_id == item_id).order_by(ApiCall.attempt))
+    ]
+
+
+def test_a_result_stored_at_once_equals_one_stored_in_a_transaction(db: Session) -> None:
+    """The one-statement settle of the worker's common case keeps exactly what `finish_item` keeps."""
+    first, second = _job(db, ["g claim", "h claim"])
+    calls = [_call(1, 503, "a1"), _call(2, 200, "a2", tokens=120)]
+    a, b = _claim(db, first), _claim(db, second)
+    assert try_claim(db, first, lease_s=60) is None  # held: nobody else claims it
+    assert settles_at_once("postgresql", b) and not settles_at_once("sqlite", b)
+    assert finish_item(db, a, {"p": 0.7}, calls)
+    assert finish_item_at_once(db, b, {"p": 0.7}, calls)
+    one, other = db.get(Item, first), db.get(Item, second)
+    assert one is not None and other is not None
+    db.refresh(one)
+    db.refresh(other)
+    assert (other.status, other.output, other.error, other.lease_until) == ("done", one.output, None, None)
+    assert other.finished_at is not None
+    assert _calls_of(db, second) == _calls_of(db, first) and len(_calls_of(db, second)) == 2
+
+
+def test_a_lost_lease_at_once_keeps_the_calls_and_not_the_result(db: Session) -> None:
+    (item_id,) = _job(db, ["i claim"])
+    stale = claim_item(db, item_id, lease_s=-1)
+    assert isinstance(stale, ClaimedItem)
+    assert expire_leases(db) == 1
+    fresh = _claim(db, item_id)
+    assert not finish_item_at_once(db, stale, {"p": 0.1}, [_call(1, 200, "late", tokens=5)])
+    assert not fail_item_at_once(db, stale, "late failure", [])
+    assert len(_calls_of(db, item_id)) == 1  # the stale worker's POST happened: it is recorded
+    item = db.get(Item, item_id)
+    assert item is not None and item.status == "running" and item.attempts == fresh.token
+    assert not settles_at_once("postgresql", fresh)  # a second try's usage sums earlier rows: a transaction
+    assert fail_item(db, fresh, "400 bad", [_call(1, 400, "now", searches=0)])
+    db.refresh(item)
+    assert item.status == "failed" and item.output["usage"]["attempts"] == 2  # type: ignore[index]
+
+
+def test_a_failure_at_once_keeps_its_error_output_and_usage(db: Session) -> None:
+    (item_id,) = _job(db, ["j claim"])
+    held = try_claim(db.connection(), item_id, lease_s=60)  # a bare connection, as the worker uses
+    assert held is not None and held.token == 1
+    assert fail_item_at_once(
+        db.connection(), held, "x" * 5_000, [_call(1, 400, "f1", searches=1)], {"kept": True}
+    )
+    item = db.get(Item, item_id)
+    assert item is not None
+    db.refresh(item)
+    assert item.status == "failed" and item.error == "x" * 4_000
+    assert item.output == {"kept": True, "usage": item.output["usage"]}  # type: ignore[index]
+    assert item.output["usage"]["attempts"] == 1 and item.output["usage"]["searches"] == 1  # type: ignore[index]
+
+
+def test_repeated_requests_settle_in_a_transaction(db: Session) -> None:
+    leader, _dup = _job(db, ["k claim", "k claim"])
+    held = _claim(db, leader)
+    assert held.dedupe_key is not None and not settles_at_once("postgresql", held)

@@ -6,6 +6,8 @@ every test. Nothing here is eager.
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +80,23 @@ def test_reference_claims_both_modes_scorecards(stack: Stack, reference: list[di
     calls = _calls_per_item(stack.engine, job_id)
     assert set(calls) == {i.id for i in items}
     assert job.usage and job.usage["searches"] >= 24
+    # Outcomes live in the database: the result backend stored none (chords joined on their counters).
+    assert list(stack.redis().scan_iter("celery-task-meta-*")) == []
+
+
+def test_window_chords_finish_a_job_without_the_sweeper(
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
+) -> None:
+    """The last window's chord body finalizes the job: with no beat running, nothing else would."""
+    url, engine = queue_db
+    with (
+        run_in_thread(SimConfig(decisions_rps=0)) as sim,
+        running_stack(url, engine, sim.base_url, tmp_path, FACTGATE_SWEEP_INTERVAL_S="3600") as stack,
+    ):
+        stack.start_worker(beat=False)
+        job = stack.wait_job(stack.submit_claims(reference, {"mode": "both"}), timeout=90)
+        assert job.status == "completed"
+        assert (job.summary or {})["request_counts"]["completed"] == 48  # windows of 10: five chords
 
 
 @pytest.mark.parametrize("mode", ["ungrounded", "grounded"])
@@ -152,6 +171,48 @@ def test_worker_killed_mid_job_then_another_completes_it(
         # Exactly one stored result per item; items that were running at the kill were re-driven.
         assert (job.summary or {})["request_counts"]["completed"] == len(rows)
         assert running >= 1
+
+
+def _queued_items(stack: Stack) -> set[int]:
+    """Items with a `run_item` message waiting in the broker's queue."""
+    out: set[int] = set()
+    for raw in stack.redis().lrange("celery", 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == "factgate.run_item":
+            out.add(int(json.loads(base64.b64decode(message["body"]))[0][0]))
+    return out
+
+
+def test_a_stopped_worker_gives_back_what_it_took_and_did_not_start(
+    queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
+) -> None:
+    """Messages leave Redis when a worker takes them (no acknowledgements), so a warm shutdown must not
+    strand the items whose tasks it dropped: they are dispatchable again at once, not after going stale."""
+    pg_url, pg_engine = queue_db
+    with (
+        run_in_thread(SimConfig(decisions_rps=0, latency_s=0.5)) as sim,
+        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_DISPATCH_STALE_S="600") as stack,
+    ):
+        rows = [{"id": f"s{i}", "claim": f"{r['claim']} <{i}>"} for i, r in enumerate(reference)]
+        first = stack.start_worker(concurrency=2, beat=False)
+        job_id = stack.submit_claims(rows, {"mode": "ungrounded"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sum(1 for i in _items(stack.engine, job_id) if i.status == "done") >= 2:
+                break
+            time.sleep(0.05)
+        first.stop()  # warm: the two running tasks finish, the ones waiting for a thread are dropped
+        # Nothing is left marked as dispatched without a message in the broker to carry it.
+        stranded = {
+            i.id for i in _items(stack.engine, job_id) if i.status == "pending" and i.enqueued_at is not None
+        }
+        assert stranded <= _queued_items(stack)
+        assert "gave back" in first.log.read_text(errors="replace")
+        assert not stack.redis().exists("unacked", "unacked_index")  # consumed without acknowledgements
+        stack.start_worker(concurrency=4)
+        job = stack.wait_job(job_id, timeout=60)  # well before a dispatch goes stale (600 s)
+        assert job.status == "completed"
+        assert _calls_per_item(stack.engine, job_id) == {i.id: 1 for i in _items(stack.engine, job_id)}
 
 
 def test_redis_flushed_mid_job_sweeper_recovers(

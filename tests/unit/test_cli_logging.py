@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import fakeredis
@@ -111,6 +112,28 @@ def test_configure_logging_replaces_its_own_handler_and_reads_the_environment() 
         root.setLevel(level)
 
 
+def test_a_worker_at_info_logs_no_line_per_item_and_at_debug_it_does() -> None:
+    """Celery's received/succeeded lines and httpx's per-request line are per item: quiet unless DEBUG."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    try:
+        for loglevel, expected in (("INFO", logging.WARNING), ("DEBUG", logging.NOTSET)):
+            signals._worker_logging(loglevel=loglevel)
+            for name in ("celery.app.trace", "celery.worker.strategy", "httpx"):
+                assert logging.getLogger(name).level == expected, (loglevel, name)
+        signals._worker_logging(loglevel="INFO")
+        assert not logging.getLogger("celery.app.trace").isEnabledFor(logging.INFO)
+        assert logging.getLogger("celery.app.trace").isEnabledFor(logging.ERROR)  # failures still show
+        assert logging.getLogger("factgate.workers").isEnabledFor(logging.INFO)
+    finally:
+        for h in list(root.handlers):
+            if h not in before:
+                root.removeHandler(h)
+        root.setLevel(level)
+        for name in signals.PER_TASK_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
 def test_context_is_per_thread() -> None:
     token = bind(job_id="main-thread")
     seen: dict[str, str] = {}
@@ -173,6 +196,40 @@ def test_limiter_waits_make_a_cumulative_histogram() -> None:
     assert data["search"].count == 1 and data["search"].throttled == 0
 
 
+def test_a_worker_writes_limiter_waits_once_a_second_with_the_same_counts() -> None:
+    store = fakeredis.FakeRedis()
+    reference = fakeredis.FakeRedis()
+    waits = signals.LimiterWaits(store, flush_s=3600.0)
+    calls = [
+        ("decisions", 0.0, False),
+        ("decisions", 0.3, False),
+        ("decisions", 60.0, True),
+        ("search", 0.2, False),
+    ]
+    for endpoint, waited, timed_out in calls:
+        waits.record(endpoint, waited, timed_out=timed_out)
+        signals.record_limiter_wait(reference, endpoint, waited, timed_out=timed_out)
+    assert not store.exists(signals.METRICS_KEY)  # counted in the process, not written yet
+    waits.flush()
+    assert signals.read_limiter_metrics(store) == signals.read_limiter_metrics(reference)
+    waits.flush()  # nothing new: no write
+    assert signals.read_limiter_metrics(store)["decisions"].count == 3
+    at_once = signals.LimiterWaits(store, flush_s=0.0)
+    at_once.record("agent", 1.0)
+    assert signals.read_limiter_metrics(store)["agent"].count == 1
+
+
+def test_an_idle_worker_still_writes_what_it_counted() -> None:
+    """The write does not wait for a next call: a timer makes it once the counts are `flush_s` old."""
+    store = fakeredis.FakeRedis()
+    waits = signals.LimiterWaits(store, flush_s=0.01)
+    waits.record("decisions", 0.5)
+    deadline = time.monotonic() + 10
+    while not store.exists(signals.METRICS_KEY) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert signals.read_limiter_metrics(store)["decisions"].count == 1
+
+
 def test_a_metrics_write_failure_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
         def pipeline(self, **_: object) -> object:
@@ -183,4 +240,5 @@ def test_a_metrics_write_failure_never_raises(caplog: pytest.LogCaptureFixture) 
 
     signals.record_limiter_wait(Broken(), "decisions", 0.1)  # type: ignore[arg-type]
     signals.record_throttled(Broken(), "decisions")  # type: ignore[arg-type]
-    assert sum("could not record" in r.getMessage() for r in caplog.records) == 2
+    signals.LimiterWaits(Broken(), flush_s=0.0).record("decisions", 0.1)  # type: ignore[arg-type]
+    assert sum("could not record" in r.getMessage() for r in caplog.records) == 3

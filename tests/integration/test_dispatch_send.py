@@ -1,0 +1,127 @@
+"""How the dispatcher sends (workers/dispatcher.py), against real Postgres and Redis and no worker: one
+producer batch per tick, one chord per job window whose item tasks store no result, and a failed send
+leaves every item of the tick dispatchable again."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as redis_lib
+from kombu.transport.redis import PublishBatch
+from sqlalchemy import Engine, select
+
+from config import Settings
+from jobs.intake import UnitSpec, create_job
+from jobs.tenancy import get_or_create_tenant
+from models import Item, make_session_factory, session_scope
+from tests.integration.stack import fresh_database
+from tests.services import redis_db_url
+from workers.app import make_celery
+from workers.context import build_context
+from workers.dispatcher import Dispatcher
+
+pytestmark = pytest.mark.integration
+
+REDIS_URL = redis_db_url(9)
+
+
+@pytest.fixture
+def setup() -> Iterator[tuple[Engine, Dispatcher, redis_lib.Redis]]:
+    rds = redis_lib.Redis.from_url(REDIS_URL)
+    rds.flushdb()
+    with fresh_database() as (url, engine):
+        settings = Settings.from_env(
+            {
+                "DATABASE_URL": url,
+                "REDIS_URL": REDIS_URL,
+                "PERPLEXITY_API_KEY": "dispatch-test-key",
+                "FACTGATE_DECISIONS_RPS": "0",
+                "FACTGATE_CHORD_SIZE": "4",
+            }
+        )
+        app = make_celery(settings, with_tasks=False)
+        ctx = build_context(settings)
+        try:
+            yield engine, Dispatcher(ctx, app), rds
+        finally:
+            ctx.close()
+            app.close()
+            rds.flushdb()
+            rds.close()
+
+
+def _job(engine: Engine, n: int) -> list[int]:
+    with session_scope(make_session_factory(engine)) as s:
+        tenant = get_or_create_tenant(s, "dispatch")
+        units = [
+            UnitSpec(stage="claim", custom_id=f"c{i}", mode="ungrounded", input={"claim": f"x{i}"})
+            for i in range(n)
+        ]
+        job, _ = create_job(s, tenant_id=tenant.id, kind="claims", options={}, units=units)
+        return list(s.scalars(select(Item.id).where(Item.job_id == job.id).order_by(Item.id)))
+
+
+def _dispatched(engine: Engine, ids: list[int]) -> list[bool]:
+    with session_scope(make_session_factory(engine)) as s:
+        marks = {i: at for i, at in s.execute(select(Item.id, Item.enqueued_at).where(Item.id.in_(ids)))}
+    return [marks[i] is not None for i in ids]
+
+
+def test_a_tick_sends_its_windows_in_one_batch_and_stores_no_item_result(
+    setup: tuple[Engine, Dispatcher, redis_lib.Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, dispatcher, rds = setup
+    ids = _job(engine, 10)
+    flushes: list[int] = []
+    real_flush = PublishBatch.flush
+
+    def flush(batch: PublishBatch) -> Any:
+        flushes.append(rds.llen("celery"))  # what was in the queue before this flush
+        return real_flush(batch)
+
+    monkeypatch.setattr(PublishBatch, "flush", flush)
+    assert dispatcher.lead() and dispatcher.tick()
+    assert flushes == [0]  # every message of the tick went out in one pipeline
+    assert _dispatched(engine, ids) == [True] * 10
+    messages = [json.loads(raw) for raw in rds.lrange("celery", 0, -1)]
+    assert len(messages) == 10
+    groups: dict[str, list[int]] = {}
+    for message in messages:
+        headers = message["headers"]
+        assert headers["task"] == "factgate.run_item" and headers["ignore_result"] is True
+        _args, _kwargs, embed = json.loads(base64.b64decode(message["body"]))
+        assert embed["chord"]["task"] == "factgate.after_window"  # the window's body rides with each item
+        groups.setdefault(headers["group"], []).append(headers["argsrepr"])
+    assert sorted(len(g) for g in groups.values()) == [2, 4, 4]  # windows of FACTGATE_CHORD_SIZE
+    for group_id in groups:
+        assert rds.exists(f"celery-taskset-meta-{group_id}.s")  # the chord's size, for its counter
+    dispatcher.stop()
+
+
+def test_a_failed_send_leaves_the_ticks_items_dispatchable(
+    setup: tuple[Engine, Dispatcher, redis_lib.Redis],
+) -> None:
+    engine, dispatcher, rds = setup
+    ids = _job(engine, 10)
+    sent: list[int] = []
+    real_send = dispatcher._send
+
+    def send(job_id: Any, window: Any, producer: Any) -> None:
+        if sent:
+            raise ConnectionError("broker went away")
+        sent.append(len(window))
+        real_send(job_id, window, producer)
+
+    dispatcher._send = send
+    assert dispatcher.lead() and dispatcher.tick()
+    assert sent == [4]
+    assert rds.llen("celery") == 0  # the batch was dropped: not even the first window went out
+    assert _dispatched(engine, ids) == [False] * 10  # all of them are sent again at the next tick
+    dispatcher._send = real_send
+    dispatcher.tick()
+    assert rds.llen("celery") == 10 and _dispatched(engine, ids) == [True] * 10
+    dispatcher.stop()
