@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
+from sqlalchemy import select
 
-from models import ApiCall, session_scope
+from models import ApiCall, WebhookAttempt, WebhookDelivery, session_scope, utcnow
 from tests.e2e.axe import AxeResult, check_page, report
 from tests.e2e.browser import chromium, serve, sign_in
 from tests.e2e.builders import (
@@ -51,6 +53,8 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
+HOOK = "https://hooks.example.com/factgate"
+
 Q1 = "Who won the 2024 Nobel Prize in Physics and for what work?"
 Q2 = "What did the James Webb Space Telescope discover about exoplanet K2-18b?"
 BONES = "How many bones are in the adult human body?"
@@ -62,18 +66,38 @@ TWO = [
 
 
 def ended_claims_job(web: WebEnv, who: Caller) -> str:
-    """The 24 reference claims in both modes on simulator answers, one of them failed (a retry button)."""
+    """The 24 reference claims in both modes on simulator answers, one of them failed (a retry button),
+    with a webhook that failed twice and was given up (the webhooks table, its attempts, Redeliver)."""
     rows = reference_rows()
-    job_id = submit_claims(web.client.post, who.headers, rows, mode="both")
+    job_id = submit_claims(web.client.post, who.headers, rows, mode="both", webhook_url=HOOK)
     outcomes = simulated_outcomes(rows, ("ungrounded", "grounded"))
     outcomes[(rows[0]["id"], "grounded")] = ("failed", "upstream 503 after 3 retries")
     settle(web.sessions, job_id, outcomes)
     finalize(web.sessions, job_id)
+    with session_scope(web.sessions) as session:
+        delivery = session.scalars(
+            select(WebhookDelivery).where(WebhookDelivery.job_id == uuid.UUID(job_id))
+        ).one()
+        now = utcnow()
+        for n, (code, error) in enumerate(((502, "HTTP 502"), (None, "no response within 10 s")), start=1):
+            session.add(
+                WebhookAttempt(
+                    delivery_id=delivery.id,
+                    attempt=n,
+                    started_at=now,
+                    duration_ms=40.0,
+                    status_code=code,
+                    error=error,
+                    next_attempt_at=now + timedelta(seconds=10) if n == 1 else None,
+                )
+            )
+        delivery.status, delivery.attempts, delivery.next_attempt_at = "failed", 2, None
+        delivery.last_attempt_at, delivery.last_error = now, "no response within 10 s"
     return job_id
 
 
 def running_claims_job(web: WebEnv, who: Caller) -> str:
-    job_id = submit_claims(web.client.post, who.headers, TWO, mode="grounded")
+    job_id = submit_claims(web.client.post, who.headers, TWO, mode="grounded", webhook_url=HOOK)
     settle(web.sessions, job_id, {("k1", "grounded"): claim_output(0.93, "run-1")})
     return job_id
 
@@ -165,7 +189,8 @@ def test_every_page_passes_axe_wcag21_aa(web: WebEnv, caller: Caller) -> None:
         check("jobs list (filtered)")
         page.goto(f"{base}/jobs/{ended}")
         page.wait_for_selector("#scorecard")
-        check("job page: claims, ended")
+        page.wait_for_selector("#webhooks form button")
+        check("job page: claims, ended (webhook given up, Redeliver)")
         page.goto(f"{base}/jobs/{ended}?supported_min=0.6&contradicted_max=0.3")
         page.wait_for_selector("#scorecard")
         check("job page: claims, replayed cutoffs")
@@ -174,7 +199,8 @@ def test_every_page_passes_axe_wcag21_aa(web: WebEnv, caller: Caller) -> None:
         check("job page: claims, refused cutoffs")
         page.goto(f"{base}/jobs/{running}")
         page.wait_for_selector("#progress[data-live=true]")
-        check("job page: claims, running")
+        page.wait_for_selector("#webhooks")
+        check("job page: claims, running (webhook to come)")
         page.goto(f"{base}/jobs/{answer}")
         page.wait_for_selector("#questions")
         check("job page: answer, ended")
@@ -269,7 +295,7 @@ def test_sign_in_with_the_keyboard_alone(web: WebEnv, caller: Caller) -> None:
         assert watch.page_errors == [] and watch.csp_violations == []
 
 
-def test_cancel_and_retry_with_the_keyboard_alone(web: WebEnv, caller: Caller) -> None:
+def test_cancel_retry_and_redeliver_with_the_keyboard_alone(web: WebEnv, caller: Caller) -> None:
     running = running_claims_job(web, caller)
     ended = submit_claims(web.client.post, caller.headers, TWO, mode="grounded")
     settle(
@@ -292,6 +318,13 @@ def test_cancel_and_retry_with_the_keyboard_alone(web: WebEnv, caller: Caller) -
         page.keyboard.press("Space")
         expect(page.locator(".notice-info")).to_contain_text("Retrying 1 failed item(s).")
         assert web.job(ended).status == "queued"
+
+        # A given-up webhook's Redeliver button, at the end of the page: reached backwards with Shift+Tab.
+        hooked = ended_claims_job(web, caller)
+        page.goto(f"{base}/jobs/{hooked}")
+        tab_to(page, "#webhooks form button", backwards=True)
+        page.keyboard.press("Enter")
+        expect(page.locator(".notice-info")).to_contain_text("Redelivering webhook msg_")
         assert watch.page_errors == [] and watch.csp_violations == []
 
 
