@@ -277,6 +277,9 @@ def test_the_job_page_lists_deliveries_and_redelivers_them(
     [row] = deliveries(web, job_id)
     page = html(web.client.get(f"/jobs/{job_id}"))
     assert row.webhook_id in page and "… sending" in page
+    assert page.count(HOOK) == 1  # in the Webhooks panel, not among the options of the overview
+    report_file = web.client.get(f"/jobs/{job_id}/report.html").get_data(as_text=True)
+    assert HOOK not in report_file
     assert "Redeliver</button>" not in page  # still being tried: nothing to redeliver yet
     path = f"/jobs/{job_id}/webhooks/{row.id}/redeliver"
     resp = web.client.post(path, data={"csrf_token": csrf_token(web.client, "/jobs")})
