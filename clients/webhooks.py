@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -175,8 +176,12 @@ def send(
     timeout_s: float,
     resolver: Resolver = socket.getaddrinfo,
     transport: httpx.BaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> SendResult:
-    """POST `body` to `url` once (see the module docstring). Never raises for network trouble."""
+    """POST `body` to `url` once (see the module docstring). Never raises for network trouble.
+
+    `resolver`, `transport` and `verify` (the TLS trust store) are for tests; the defaults are the system's
+    resolver, a fresh connection and the default CA bundle."""
     started = time.monotonic()
 
     def took() -> float:
@@ -199,7 +204,7 @@ def send(
     try:
         with (
             httpx.Client(
-                timeout=timeout, follow_redirects=False, trust_env=False, transport=transport
+                timeout=timeout, follow_redirects=False, trust_env=False, transport=transport, verify=verify
             ) as client,
             client.stream(
                 "POST", target.url, content=body, headers=request_headers, extensions=extensions
