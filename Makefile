@@ -37,7 +37,17 @@ fmt: install ## format and autofix
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+AXE_VERSION ?= 4.14.1
+AXE_DIR := tests/e2e/vendor
+
+axe: ## refresh the vendored axe-core (tests/e2e/vendor) from npm: make axe AXE_VERSION=x.y.z
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT \
+		&& (cd "$$tmp" && npm pack --silent axe-core@$(AXE_VERSION) >/dev/null && tar xzf axe-core-$(AXE_VERSION).tgz) \
+		&& cp "$$tmp/package/axe.min.js" "$$tmp/package/LICENSE" "$$tmp/package/LICENSE-3RD-PARTY.txt" $(AXE_DIR)/ \
+		&& head -1 $(AXE_DIR)/axe.min.js && sha256sum $(AXE_DIR)/axe.min.js \
+		&& echo "update the version and sha256 in $(AXE_DIR)/README.md"
+
 demo: install ## run the 24 reference claims through the embedded stack (no services, no key needed)
 	@env -u DATABASE_URL -u REDIS_URL -u FACTGATE_URL $(VENV)/bin/factgate check examples/claims.jsonl --mode both
 
-.PHONY: help install services browser test lint fmt demo
+.PHONY: help install services browser test lint fmt demo axe

@@ -15,6 +15,7 @@ from typing import Any, cast
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
 from checks.fairness import PRIORITIES, Priority
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+from checks.webhooks import WebhookUrlError, validate_webhook_url
 
 CLAIMS_MODES: tuple[str, ...] = ("ungrounded", "grounded", "both")
 
@@ -44,6 +45,24 @@ def _number(raw: Mapping[str, Any], name: str, default: float | None) -> float |
     return float(value)
 
 
+def _webhook_url(raw: Mapping[str, Any]) -> str | None:
+    """Where to send the job's webhook when it ends (see checks/webhooks.py), or None."""
+    value = raw.get("webhook_url")
+    if value is None or value == "":
+        return None
+    try:
+        return validate_webhook_url(value)
+    except WebhookUrlError as exc:
+        raise OptionsError("webhook_url", str(exc)) from None
+
+
+def _without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
+    """Stored options name `webhook_url` only when one was given."""
+    if options.get("webhook_url") is None:
+        options.pop("webhook_url", None)
+    return options
+
+
 def check_cutoffs(supported_min: float, contradicted_max: float) -> None:
     """0 ≤ contradicted_max < supported_min ≤ 1, or an error naming the offending option."""
     if not 0.0 <= contradicted_max <= 1.0:
@@ -67,6 +86,8 @@ class ClaimsOptions:
     contradicted_max: float = CONTRADICTED_MAX
     budget_usd: float | None = None
     priority: Priority = "batch"
+    # Sent a signed message when the job completes, fails or is cancelled (else the tenant's default URL).
+    webhook_url: str | None = None
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -74,11 +95,11 @@ class ClaimsOptions:
         return modes_for(self.mode)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _without_unset_webhook(asdict(self))
 
 
 CLAIMS_OPTION_NAMES = frozenset(
-    {"model", "mode", "supported_min", "contradicted_max", "budget_usd", "priority"}
+    {"model", "mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url"}
 )
 
 
@@ -118,12 +139,13 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         contradicted_max=contradicted_max,
         budget_usd=budget,
         priority=_priority(raw),
+        webhook_url=_webhook_url(raw),
     )
 
 
 # --- answer and quote jobs -----------------------------------------------------------------------------
 
-QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd", "priority"})
+QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd", "priority", "webhook_url"})
 
 # The Decisions model the answer-gate label cutoffs (0.5/0.6/0.7/0.4), the quote cutoffs (0.3/0.6) and their
 # recorded outcomes (docs/spec.md §7.2, §7.3) were measured on. It is the default of `answer` and `quote`
@@ -159,9 +181,10 @@ class QuestionsOptions:
     model: str = CUTOFFS_MODEL
     budget_usd: float | None = None
     priority: Priority = "batch"
+    webhook_url: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _without_unset_webhook(asdict(self))
 
 
 def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
@@ -179,4 +202,6 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     budget = _number(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
-    return QuestionsOptions(model=model, budget_usd=budget, priority=_priority(raw))
+    return QuestionsOptions(
+        model=model, budget_usd=budget, priority=_priority(raw), webhook_url=_webhook_url(raw)
+    )

@@ -1,8 +1,11 @@
-"""`factgate tenants list | show NAME | set NAME [...]`: how each tenant may use the upstream.
+"""`factgate tenants list | show NAME | set NAME [...] | webhook-secret NAME`: how each tenant may use the
+upstream, and where its webhooks go.
 
 Weight (its share of every upstream scope), quotas (items per job, live jobs), daily and monthly budgets,
 and an optional own upstream key — read from a file, never from the command line (which would leave it in
-shell history and the process list), stored encrypted and never shown again.
+shell history and the process list), stored encrypted and never shown again. A default webhook URL, and
+the secret webhooks are signed with (stored encrypted; printed only by `webhook-secret`, for the tenant's
+receiver).
 """
 
 from __future__ import annotations
@@ -48,11 +51,22 @@ def _count(value: int | None) -> str:
 
 def _line(info: Any) -> str:
     key = f"own key {info.upstream_key_fingerprint}" if info.upstream_key_fingerprint else "operator key"
+    hook = "  webhook" if info.webhook_url else ""
     return (
         f"{info.name:24}  weight {info.weight:g}  items/job {_count(info.max_items_per_job)}  "
         f"live jobs {info.live_jobs}/{_count(info.max_active_jobs)}  day {_money(info.daily_budget_usd)}  "
-        f"month {_money(info.monthly_budget_usd)}  {key}"
+        f"month {_money(info.monthly_budget_usd)}  {key}{hook}"
     )
+
+
+class _UrlOrNone(click.ParamType):  # type: ignore[type-arg]
+    """A webhook URL, or `none` to remove the default."""
+
+    name = "url|none"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        text = str(value).strip()
+        return None if text.lower() in NONE_WORDS else text
 
 
 @click.group()
@@ -103,6 +117,16 @@ def tenants_show(name: str) -> None:
         )
     else:
         click.echo("upstream key        the operator's (PERPLEXITY_API_KEY)")
+    click.echo(f"webhook URL         {info.webhook_url or 'none'}  (jobs without a webhook_url option)")
+    if info.webhook_secret_set_at is not None:
+        click.echo(
+            f"webhook secret      set {info.webhook_secret_set_at:%Y-%m-%d %H:%M} UTC "
+            "(`factgate tenants webhook-secret` prints it)"
+        )
+    else:
+        click.echo(
+            "webhook secret      none yet (made by the first webhook or `factgate tenants webhook-secret`)"
+        )
     click.echo(f"tokens              {info.tokens} active")
 
 
@@ -134,6 +158,12 @@ def tenants_show(name: str) -> None:
     help="A file holding the tenant's own Perplexity API key (its jobs then use it, at its own rate limit).",
 )
 @click.option("--clear-upstream-key", is_flag=True, help="Go back to the operator's key.")
+@click.option(
+    "--webhook-url",
+    type=_UrlOrNone(),
+    default=None,
+    help="Where webhooks of jobs without a webhook_url option go (http or https); `none` removes it.",
+)
 @click.pass_context
 def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     ctx: click.Context,
@@ -145,8 +175,10 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     monthly_budget_usd: Any,
     upstream_key_file: Path | None,
     clear_upstream_key: bool,
+    webhook_url: str | None,
 ) -> None:
     """Change NAME's settings; only the options given change. A number limits, `none` removes a limit."""
+    from checks.webhooks import WebhookUrlError
     from config import Settings
     from jobs.keyring import KeyringError, keyring_for
     from jobs.tenancy import UNSET, TenantNotFoundError, set_tenant
@@ -164,10 +196,13 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
             ("max_active_jobs", max_active_jobs),
             ("daily_budget_usd", daily_budget_usd),
             ("monthly_budget_usd", monthly_budget_usd),
+            ("webhook_url", webhook_url),
         )
     }
     if not given - {"name"}:
-        raise InputError("nothing to set: give --weight, a quota, a budget or an upstream key option")
+        raise InputError(
+            "nothing to set: give --weight, a quota, a budget, an upstream key option or --webhook-url"
+        )
     if upstream_key_file is not None and clear_upstream_key:
         raise InputError("give --upstream-key-file or --clear-upstream-key, not both")
     key: str | None = None
@@ -191,6 +226,8 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
             )
     except TenantNotFoundError as exc:
         raise InputError(str(exc)) from None
+    except WebhookUrlError as exc:
+        raise InputError(f"--webhook-url {exc}") from None
     except (ValueError, KeyringError) as exc:
         raise InputError(str(exc)) from None
     click.echo(_line(info))
@@ -202,9 +239,42 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
         )
 
 
+@tenants.command("webhook-secret")
+@click.argument("name")
+@click.option("--rotate", is_flag=True, help="Replace the secret with a new one (the old one stops working).")
+def tenants_webhook_secret(name: str, rotate: bool) -> None:
+    """Print NAME's webhook signing secret (`whsec_...`), creating it if it has none; --rotate replaces it.
+
+    Give it to the tenant's receiver, which checks each webhook's `webhook-signature` with it
+    (docs/operations.md, "Webhooks"). It is stored encrypted (FACTGATE_ENCRYPTION_KEYS) and only this
+    command shows it; webhooks sent from the rotation on are signed with the new secret.
+    """
+    from config import Settings
+    from jobs.keyring import KeyringError, keyring_for
+    from jobs.tenancy import TenantNotFoundError, tenant_info
+    from jobs.webhooks import rotate_webhook_secret, tenant_webhook_secret
+    from models import session_scope
+
+    try:
+        keyring = keyring_for(Settings.from_env())
+        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+            info = tenant_info(session, name)
+            if rotate:
+                secret = rotate_webhook_secret(session, info.id, keyring)
+            else:
+                secret = tenant_webhook_secret(session, info.id, keyring) or ""
+    except TenantNotFoundError as exc:
+        raise InputError(str(exc)) from None
+    except KeyringError as exc:
+        raise InputError(str(exc)) from None
+    click.echo(secret)
+    if rotate:
+        click.echo("rotated: webhooks are signed with this secret from now on", err=True)
+
+
 @tenants.command("rotate-keys")
 def tenants_rotate_keys() -> None:
-    """Re-encrypt every stored upstream key with the first of FACTGATE_ENCRYPTION_KEYS.
+    """Re-encrypt every stored upstream key and webhook secret with the first of FACTGATE_ENCRYPTION_KEYS.
 
     Rotation: put the new key first, run this, then drop the old key from the list.
     """
@@ -219,4 +289,4 @@ def tenants_rotate_keys() -> None:
             n = rotate_tenant_keys(session, keyring)
     except KeyringError as exc:
         raise InputError(str(exc)) from None
-    click.echo(f"re-encrypted {n} upstream key(s) with the first key")
+    click.echo(f"re-encrypted {n} stored secret(s) (upstream keys, webhook secrets) with the first key")

@@ -113,6 +113,15 @@ class Settings:
     # Fernet keys that encrypt tenants' own upstream keys at rest; the first encrypts, all decrypt.
     encryption_keys: tuple[str, ...] = field(default=(), repr=False)
 
+    # Webhooks (jobs/webhooks.py, clients/webhooks.py). Private, loopback and other non-public addresses
+    # are refused unless allowed (tests, a receiver on the same private network).
+    webhook_allow_private: bool = False
+    webhook_connect_timeout_s: float = 3.0
+    webhook_timeout_s: float = 10.0
+    # Waits between tries: base × 2^(n-1), at most 2 h each, for this long after the job ended.
+    webhook_retry_base_s: float = 10.0
+    webhook_retry_for_s: float = 24 * 3600.0
+
     def __post_init__(self) -> None:
         """Refuse values that would silently mean something else, where the settings are made."""
         if self.session_idle_s <= 0 or self.session_max_s <= 0:
@@ -129,6 +138,14 @@ class Settings:
             raise ValueError(
                 f"FACTGATE_LIMITER_HEADROOM must be at least 0 and below 1, got {self.limiter_headroom}"
             )
+        for name, value in (
+            ("FACTGATE_WEBHOOK_CONNECT_TIMEOUT_S", self.webhook_connect_timeout_s),
+            ("FACTGATE_WEBHOOK_TIMEOUT_S", self.webhook_timeout_s),
+            ("FACTGATE_WEBHOOK_RETRY_BASE_S", self.webhook_retry_base_s),
+            ("FACTGATE_WEBHOOK_RETRY_FOR_S", self.webhook_retry_for_s),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be above 0, got {value}")
 
     @property
     def embedded(self) -> bool:
@@ -200,4 +217,9 @@ class Settings:
             trust_proxy=_int(e, "FACTGATE_TRUST_PROXY", 0),
             cookie_secure=_bool(e, "FACTGATE_COOKIE_SECURE", False),
             hsts_max_age_s=_int(e, "FACTGATE_HSTS_MAX_AGE_S", 365 * 24 * 3600),
+            webhook_allow_private=_bool(e, "FACTGATE_WEBHOOK_ALLOW_PRIVATE", False),
+            webhook_connect_timeout_s=_float(e, "FACTGATE_WEBHOOK_CONNECT_TIMEOUT_S", 3.0),
+            webhook_timeout_s=_float(e, "FACTGATE_WEBHOOK_TIMEOUT_S", 10.0),
+            webhook_retry_base_s=_float(e, "FACTGATE_WEBHOOK_RETRY_BASE_S", 10.0),
+            webhook_retry_for_s=_float(e, "FACTGATE_WEBHOOK_RETRY_FOR_S", 24 * 3600.0),
         )

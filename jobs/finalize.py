@@ -2,6 +2,8 @@
 
 Safe to call from every chord body and from the sweeper at once: the status moves with a
 conditional UPDATE, so exactly one caller builds the summary; the others see it moved and stop.
+This is the one place a job ends (completed, cancelled or failed), so it is also where the job's webhook
+is written to the outbox (jobs/webhooks.py), in the same transaction as the job's final status.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from jobs.claims import claims_summary
 from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
+from jobs.webhooks import record_job_ended
 from models import Item, Job, utcnow
 
 log = logging.getLogger("factgate.jobs")
@@ -91,4 +94,15 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)
+    _outbox(session, job)
     return True
+
+
+def _outbox(session: Session, job: Job) -> None:
+    """The job's webhook, in this transaction. In a savepoint: a failure to build it is logged and must not
+    keep the job from ending (nor roll its end back)."""
+    try:
+        with session.begin_nested():
+            record_job_ended(session, job)
+    except Exception:
+        log.exception("job %s ended but its webhook could not be written", job.id)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from jobs.keyring import Keyring
 from jobs.keyring import fingerprint as key_fingerprint
+from jobs.webhooks import normalized_webhook_url
 from models import ApiToken, Tenant, utcnow
 
 TOKEN_PREFIX = "fg_"  # noqa: S105 - a display prefix, not a secret
@@ -146,6 +147,8 @@ class TenantInfo:
     monthly_budget_usd: float | None = None
     upstream_key_fingerprint: str | None = None
     upstream_key_set_at: datetime | None = None
+    webhook_url: str | None = None
+    webhook_secret_set_at: datetime | None = None  # None: no signing secret yet (made on first use)
 
 
 class TenantNotFoundError(LookupError):
@@ -193,6 +196,8 @@ def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]
             t.monthly_budget_usd,
             t.upstream_key_fingerprint,
             t.upstream_key_set_at,
+            t.webhook_url,
+            t.webhook_secret_set_at,
         )
         for t, n_tokens, n_live in session.execute(stmt)
     ]
@@ -235,13 +240,16 @@ def set_tenant(
     upstream_key: str | None = None,
     clear_upstream_key: bool = False,
     keyring: Keyring | None = None,
+    webhook_url: str | None = UNSET,
 ) -> TenantInfo:
     """Change a tenant's settings (only those given; None clears a limit).
 
     The weight is its relative share of every upstream scope against the other tenants with work there; it
     applies from the scheduler's next round. Quotas apply to the next submission; a budget raised or cleared
     releases held work at the scheduler's next round. An upstream key is stored encrypted with `keyring`
-    and never returned; its fingerprint names the rate-limit scope its jobs use from then on.
+    and never returned; its fingerprint names the rate-limit scope its jobs use from then on. The webhook
+    URL is where jobs that name none of their own send their webhook (None removes it); it applies to
+    jobs that end from then on.
     """
     tenant = session.scalar(select(Tenant).where(Tenant.name == name))
     if tenant is None:
@@ -269,6 +277,8 @@ def set_tenant(
         tenant.upstream_key_encrypted = keyring.encrypt(key)
         tenant.upstream_key_fingerprint = key_fingerprint(key)
         tenant.upstream_key_set_at = utcnow()
+    if webhook_url is not UNSET:
+        tenant.webhook_url = normalized_webhook_url(webhook_url)
     if clear_upstream_key:
         tenant.upstream_key_encrypted = None
         tenant.upstream_key_fingerprint = None
@@ -296,11 +306,19 @@ def tenant_key(session: Session, tenant_id: uuid.UUID) -> TenantKey | None:
 
 
 def rotate_tenant_keys(session: Session, keyring: Keyring) -> int:
-    """Re-encrypt every stored tenant key with the keyring's first key; returns how many."""
+    """Re-encrypt every stored tenant secret (upstream keys and webhook signing secrets) with the keyring's
+    first key; returns how many."""
     n = 0
-    for tenant in session.scalars(select(Tenant).where(Tenant.upstream_key_encrypted.is_not(None))):
-        assert tenant.upstream_key_encrypted is not None
-        tenant.upstream_key_encrypted = keyring.rotate(tenant.upstream_key_encrypted)
-        n += 1
+    for tenant in session.scalars(
+        select(Tenant).where(
+            (Tenant.upstream_key_encrypted.is_not(None)) | (Tenant.webhook_secret_encrypted.is_not(None))
+        )
+    ):
+        if tenant.upstream_key_encrypted is not None:
+            tenant.upstream_key_encrypted = keyring.rotate(tenant.upstream_key_encrypted)
+            n += 1
+        if tenant.webhook_secret_encrypted is not None:
+            tenant.webhook_secret_encrypted = keyring.rotate(tenant.webhook_secret_encrypted)
+            n += 1
     session.flush()
     return n

@@ -14,14 +14,17 @@ from models.jobs import (
 )
 from models.sessions import SESSION_END_REASONS, WebSession
 from models.tenancy import ApiToken, Tenant
+from models.webhooks import DELIVERY_STATUSES, WEBHOOK_EVENTS, WebhookAttempt, WebhookDelivery
 
 __all__ = [
+    "DELIVERY_STATUSES",
     "ITEM_STATUSES",
     "ITEM_TERMINAL_STATUSES",
     "JOB_KINDS",
     "JOB_LIVE_STATUSES",
     "JOB_STATUSES",
     "SESSION_END_REASONS",
+    "WEBHOOK_EVENTS",
     "ApiCall",
     "ApiToken",
     "Base",
@@ -29,6 +32,8 @@ __all__ = [
     "Job",
     "Tenant",
     "WebSession",
+    "WebhookAttempt",
+    "WebhookDelivery",
     "autocommit_scope",
     "make_engine",
     "make_session_factory",

@@ -30,6 +30,12 @@ class Tenant(Base):
     upstream_key_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
     upstream_key_fingerprint: Mapped[str | None] = mapped_column(String(16), default=None)
     upstream_key_set_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # Where a job's webhook goes when the job names no `webhook_url` of its own (None: nowhere).
+    webhook_url: Mapped[str | None] = mapped_column(Text, default=None)
+    # The Standard Webhooks signing secret (`whsec_...`), Fernet-encrypted like the upstream key; shown only
+    # by `factgate tenants webhook-secret`, created on first use.
+    webhook_secret_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
+    webhook_secret_set_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

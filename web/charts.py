@@ -4,6 +4,10 @@ Pure functions (numbers in, SVG text out), so the page needs no charting library
 the downloadable report carries the same picture. Styling is done with SVG presentation attributes
 (`fill`, `stroke`), never `style=`, because the pages' Content-Security-Policy forbids inline styles.
 Every piece of text is escaped, although only mode names and numbers are ever drawn.
+
+Each chart is one image to assistive technology (`role="img"`): its `<title>` is its accessible name and a
+`<desc>` says in words what it shows (the extremes and totals); the pages put the same numbers in a table
+beside it, which the description names.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ def reliability_bins(
     return out
 
 
+def _join(*texts: str) -> str:
+    return " ".join(t.strip() for t in texts if t and t.strip())
+
+
 def _num(value: float) -> str:
     """Coordinates with two decimals: small files, no scientific notation."""
     return f"{value:.2f}"
@@ -104,16 +112,40 @@ def _label_at(
     return x, (below if below < y_max else above), "middle"
 
 
+def reliability_summary(series: Sequence[tuple[str, Sequence[ReliabilityBin]]]) -> str:
+    """The diagram in words: per series, how many claims in how many bins, and its lowest and highest bin."""
+    parts: list[str] = []
+    for name, bins in series:
+        filled = [b for b in bins if b.count and b.observed is not None]
+        if not filled:
+            parts.append(f"{name}: no labelled claims.")
+            continue
+        n = sum(b.count for b in filled)
+
+        def bin_text(b: ReliabilityBin) -> str:
+            return f"p {b.lo:.1f}–{b.hi:.1f} ({b.count} claim(s), {(b.observed or 0) * 100:.0f} % true)"
+
+        text = f"{name}: {n} labelled claim(s) in {len(filled)} bin(s)"
+        if len(filled) > 1:
+            text += f", from {bin_text(filled[0])} to {bin_text(filled[-1])}"
+        else:
+            text += f": {bin_text(filled[0])}"
+        parts.append(text + ".")
+    return " ".join(parts)
+
+
 def reliability_svg(
     series: Sequence[tuple[str, Sequence[ReliabilityBin]]],
     *,
     width: int = 560,
     height: int = 440,
     title: str = "Reliability diagram",
+    note: str = "",
 ) -> str:
     """An SVG document fragment: predicted p (x) against observed fraction true (y), one line per
     series, marker area proportional to the bin's claim count, and the count written by each marker.
-    The dashed diagonal is perfect calibration."""
+    The dashed diagonal is perfect calibration. Its description (`<desc>`) is `reliability_summary`
+    followed by `note` (where the page lists the same numbers)."""
     if len(series) > len(SERIES_STYLES):
         raise ValueError(f"at most {len(SERIES_STYLES)} series")
     left, right, top, bottom = 56.0, 20.0, 20.0, 92.0
@@ -130,8 +162,9 @@ def reliability_svg(
     parts: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" aria-labelledby="reliability-title" '
-        f'font-family="inherit" font-size="12">',
+        f'aria-describedby="reliability-desc" font-family="inherit" font-size="12">',
         f'<title id="reliability-title">{escape(title)}</title>',
+        f'<desc id="reliability-desc">{escape(_join(reliability_summary(series), note))}</desc>',
         f'<rect x="{_num(left)}" y="{_num(top)}" width="{_num(plot_w)}" height="{_num(plot_h)}" '
         f'fill="#ffffff" stroke="#d0d7de"/>',
     ]
@@ -205,6 +238,22 @@ def nice_ceiling(value: float, steps: Sequence[float] = (1.0, 2.0, 2.5, 5.0, 10.
     return 10.0 ** (exponent + 1)
 
 
+def bars_summary(points: Sequence[tuple[date, float]], label: Callable[[float], str]) -> str:
+    """The bar chart in words: the days, the total, the highest day and how many days had nothing."""
+    if not points:
+        return "No days."
+    total = sum(v for _, v in points)
+    empty = sum(1 for _, v in points if v <= 0)
+    text = (
+        f"{len(points)} day(s) from {points[0][0].isoformat()} to {points[-1][0].isoformat()}, "
+        f"{label(total)} in total"
+    )
+    if empty == len(points):
+        return text + "; nothing on any day."
+    top_day, top = max(points, key=lambda p: p[1])
+    return text + f"; the highest was {label(top)} on {top_day.isoformat()}; {empty} day(s) had nothing."
+
+
 def daily_bars_svg(
     points: Sequence[tuple[date, float]],
     *,
@@ -213,11 +262,13 @@ def daily_bars_svg(
     integer: bool = False,
     width: int = 760,
     height: int = 260,
+    note: str = "",
 ) -> str:
     """An SVG bar chart, one bar per day in the order given (empty days too, as gaps), with a y axis of
     five gridlines labelled by `label` (whole numbers at every gridline when `integer`) and at most
-    eight dates under the bars. Every bar has a title (its day and value) for pointer users; the page
-    repeats the numbers in a table for everyone else."""
+    eight dates under the bars. Every bar has a title (its day and value) for pointer users; the chart's
+    description (`bars_summary` and `note`) says the totals in words, and the page repeats every number
+    in a table."""
     if not points:
         raise ValueError("no days to draw")
     left, right, top, bottom = 72.0, 16.0, 16.0, 40.0
@@ -233,8 +284,9 @@ def daily_bars_svg(
     parts: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" aria-labelledby="bars-title" '
-        f'font-family="inherit" font-size="12">',
+        f'aria-describedby="bars-desc" font-family="inherit" font-size="12">',
         f'<title id="bars-title">{escape(title)}</title>',
+        f'<desc id="bars-desc">{escape(_join(bars_summary(points, label), note))}</desc>',
         f'<rect x="{_num(left)}" y="{_num(top)}" width="{_num(plot_w)}" height="{_num(plot_h)}" '
         f'fill="#ffffff" stroke="#d0d7de"/>',
     ]

@@ -15,11 +15,23 @@ from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
+from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
 from models import JOB_KINDS, JOB_STATUSES
 from web.errors import ERROR_TYPES
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
 
 NDJSON = "application/x-ndjson"
+
+WEBHOOK_URL_OPTION: dict[str, Any] = {
+    "type": ["string", "null"],
+    "format": "uri",
+    "maxLength": MAX_WEBHOOK_URL_CHARS,
+    "description": "An http(s) URL (no user name or password in it) that receives the job object, signed "
+    "(Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`), when the job completes, "
+    "fails or is cancelled; retried with backoff for up to 24 hours, with the same `webhook-id`. Without it "
+    "the tenant's default URL is used, if it has one. Private, loopback and link-local addresses are "
+    "refused when sending. Only present in the stored options when given.",
+}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -204,6 +216,7 @@ SCHEMAS: dict[str, Any] = {
                 "exclusiveMinimum": 0,
                 "description": "Stop sending once this much has been spent; remaining items are skipped.",
             },
+            "webhook_url": WEBHOOK_URL_OPTION,
         },
     },
     "QuestionRow": {
@@ -251,6 +264,7 @@ SCHEMAS: dict[str, Any] = {
                 "exclusiveMinimum": 0,
                 "description": "Stop sending once this much has been spent; remaining items are skipped.",
             },
+            "webhook_url": WEBHOOK_URL_OPTION,
         },
     },
     "JobSubmission": {
@@ -640,6 +654,12 @@ NDJSON_QUERY_PARAMS = [
         "schema": {"type": "string", "enum": ["interactive", "batch"]},
     },
     {
+        "name": "webhook_url",
+        "in": "query",
+        "description": "claims, answer and quote option (NDJSON only): see `ClaimsOptions.webhook_url`",
+        "schema": {"type": "string", "format": "uri", "maxLength": MAX_WEBHOOK_URL_CHARS},
+    },
+    {
         "name": "metadata",
         "in": "query",
         "description": "A URL-encoded JSON object (NDJSON only); an empty value is refused.",
@@ -959,6 +979,29 @@ DOCUMENT: dict[str, Any] = {
         "schemas": SCHEMAS,
     },
     "paths": PATHS,
+    "webhooks": {
+        "jobEnded": {
+            "post": {
+                "operationId": "jobEnded",
+                "summary": "A job completed, failed or was cancelled",
+                "description": "Sent to the job's `webhook_url` option, or else to the tenant's default URL "
+                "(`factgate tenants set NAME --webhook-url URL`). The body is the job object, exactly as "
+                "`GET /v1/jobs/{id}` returned it when the job ended. Signed per Standard Webhooks with the "
+                "tenant's secret (`factgate tenants webhook-secret NAME`): `webhook-signature` is `v1,` and "
+                "the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` keyed by the base64-"
+                "decoded part of the secret after `whsec_`. Any 2xx acknowledges it; anything else (a "
+                "redirect too: redirects are not followed) or no answer within the timeouts is retried with "
+                "exponential backoff for up to 24 hours, with the same `webhook-id`, so deduplicate on it.",
+                "parameters": [
+                    {"name": name, "in": "header", "required": True, "schema": {"type": "string"}}
+                    for name in ("webhook-id", "webhook-timestamp", "webhook-signature")
+                ],
+                "requestBody": {"content": {"application/json": {"schema": _ref("Job")}}},
+                "responses": {"2XX": {"description": "Received; not sent again."}},
+                "security": [],
+            }
+        }
+    },
 }
 
 

@@ -35,8 +35,9 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from jobs.control import JobStateError, cancel_job, retry_failed
-from jobs.queries import get_job, list_jobs, lookup_request
+from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
 from jobs.sessions import LiveSession, live_token
+from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
 from models import JOB_KINDS, JOB_STATUSES, Job
 from web import page_session
 from web.auth import current_tenant
@@ -47,7 +48,7 @@ from web.pages_reports import report_context
 from web.pages_usage import usage_page
 from web.security import csrf, init_security, report_csp
 from web.session import EXTENSION, db_session, resources
-from workers.api import enqueue_start
+from workers.api import enqueue_start, enqueue_webhooks
 
 log = logging.getLogger("factgate.web")
 
@@ -190,7 +191,11 @@ def job_page(job_id: str) -> tuple[str, int]:
     view = job_view(sess, job)
     report = report_context(sess, job, request.args, interactive=True) if view.ended else None
     status = 400 if report is not None and report.get("input_error") else 200
-    return render_template("job.html", view=view, job=job, report=report), status
+    webhooks = deliveries_of(sess, current_tenant().id, job.id)
+    target = webhook_target(sess, job)
+    return render_template(
+        "job.html", view=view, job=job, report=report, webhooks=webhooks, webhook_target=target
+    ), status
 
 
 @pages.get("/jobs/<job_id>/progress.json")
@@ -242,6 +247,30 @@ def job_retry(job_id: str) -> BaseResponse:
         _enqueue_start(job)
         flash(f"Retrying {retried} failed item(s).", "info")
     return redirect(url_for("pages.job_page", job_id=str(job.id)))
+
+
+@pages.post("/jobs/<job_id>/webhooks/<delivery_id>/redeliver")
+def webhook_redeliver(job_id: str, delivery_id: str) -> BaseResponse:
+    """Send a delivered or given-up webhook again (same `webhook-id` and body), now."""
+    sess = db_session()
+    job = _job_or_404(job_id)
+    did = parse_job_id(delivery_id)
+    try:
+        row = redeliver(sess, current_tenant().id, did) if did is not None else None
+    except DeliveryStateError as exc:
+        sess.rollback()
+        flash(f"Not redelivered: {exc}.", "info")
+        return redirect(url_for("pages.job_page", job_id=str(job.id)) + "#webhooks")
+    if row is None or row.job_id != job.id:
+        sess.rollback()
+        abort(404, description="There is no such webhook for this job in your account.")
+    sess.commit()
+    try:
+        enqueue_webhooks(resources().celery)
+    except Exception:
+        log.exception("could not enqueue webhook delivery; the sweeper sends it")
+    flash(f"Redelivering webhook {row.webhook_id} to {row.url}.", "info")
+    return redirect(url_for("pages.job_page", job_id=str(job.id)) + "#webhooks")
 
 
 # --- downloads -------------------------------------------------------------------------------------------

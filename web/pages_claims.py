@@ -313,7 +313,11 @@ def claims_report(
 
     calibration = [(m, reliability_bins(points[m])) for m in modes]
     labelled_points = sum(len(v) for v in points.values())
-    svg = reliability_svg(calibration, title="Reliability diagram: predicted probability vs. fraction true")
+    svg = reliability_svg(
+        calibration,
+        title="Reliability diagram: predicted probability vs. fraction true",
+        note="The table “Calibration bins” beside the diagram lists each bin's claims, mean p, share true.",
+    )
     report = ClaimsReport(
         modes=modes,
         explorer=explorer,

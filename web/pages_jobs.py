@@ -123,7 +123,9 @@ def job_view(session: Session, job: Job) -> JobView:
         warnings=[str(w) for w in (job.warnings or [])],
         error=job.error,
         metadata=dict(job.meta or {}),
-        options=dict(job.options or {}),
+        # The webhook URL may carry the receiver's token in its query: the job page shows it in its Webhooks
+        # panel, the overview (which the downloadable report file shares) leaves it out.
+        options={k: v for k, v in (job.options or {}).items() if k != "webhook_url"},
         schedule=schedule_text(job),
     )
 

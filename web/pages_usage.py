@@ -72,6 +72,7 @@ def usage_page(
         label=metric.label,
         integer=metric.integer,
         title=f"{metric.title}, {days.start.isoformat()} to {days.end.isoformat()}",
+        note="The table “Per day” below lists every day's figures.",
     )
     page = UsagePage(
         from_value=days.start.isoformat(),

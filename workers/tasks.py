@@ -39,6 +39,7 @@ from jobs.keyring import KeyringError
 from jobs.records import ClaimedItem
 from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.sweeper import expire_leases, live_job_ids
+from jobs.webhooks import created_in
 from models import autocommit_scope, session_scope, utcnow
 from workers.answers import handle_answer_question, handle_investigation, handle_sentence
 from workers.claims import handle_claim
@@ -48,6 +49,7 @@ from workers.faults import is_infrastructure_fault
 from workers.flows import Calls, Handler, budget_skip, question_handler
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.quotes import handle_compare, handle_quote_question, handle_result
+from workers.webhooks import send_if_due, send_soon
 
 log = logging.getLogger("factgate.workers")
 
@@ -73,7 +75,10 @@ def _ctx() -> WorkerContext:
 
 def _finalize(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
     with session_scope(ctx.sessions) as session:
-        return maybe_finalize(session, job_id)
+        ended = maybe_finalize(session, job_id)
+        webhooks = created_in(session)
+    send_soon(ctx, webhooks)  # the job's end (and its webhook in the outbox) has committed
+    return ended
 
 
 def _follow(ctx: WorkerContext, step: Step) -> None:
@@ -303,7 +308,7 @@ def run_item(item_id: int) -> None:
 @shared_task(name="factgate.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """Beat task: expired leases back to pending, lost dispatches forgotten (the dispatcher sends them
-    again), stalled questions moved on, finished jobs finalized."""
+    again), stalled questions moved on, finished jobs finalized, due webhooks sent."""
     ctx = _ctx()
     with session_scope(ctx.sessions) as session:
         expired = expire_leases(session)
@@ -316,4 +321,11 @@ def sweep() -> dict[str, int]:
             continue
         if advance_stalled(ctx, jid) and _finalize(ctx, jid):
             finalized += 1
-    return {"expired": expired, "forgotten": forgotten, "finalized": finalized, "live": len(jobs)}
+    webhooks = send_if_due(ctx)
+    return {
+        "expired": expired,
+        "forgotten": forgotten,
+        "finalized": finalized,
+        "live": len(jobs),
+        "webhooks_due": int(webhooks),
+    }

@@ -13,7 +13,16 @@ import migrations
 from models import Base, make_engine
 from tests.services import create_pg_database, drop_pg_database, unavailable
 
-TABLES = {"tenants", "api_tokens", "jobs", "items", "api_calls", "web_sessions"}
+TABLES = {
+    "tenants",
+    "api_tokens",
+    "jobs",
+    "items",
+    "api_calls",
+    "web_sessions",
+    "webhook_deliveries",
+    "webhook_attempts",
+}
 
 
 def _roundtrip(url: str) -> None:

@@ -1,0 +1,95 @@
+"""The job object: the JSON every job endpoint returns (POST /v1/jobs, GET /v1/jobs/{id}, cancel, retry) and
+every webhook carries. Layer-neutral (no Flask), so the web process and the workers build the same bytes.
+
+Progress comes from item counts (jobs.progress), never from the job row, which is only written at state
+changes. Usage is the stored total once the job has been finalized, otherwise summed live from `api_calls`,
+so a running job's cost is visible while it grows. Links are paths from the site's root (factgate is served
+at the root of its host: `X-Forwarded-Prefix` is not read), the same ones the API's routes have.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from jobs.progress import request_counts
+from jobs.usage import usage_totals
+from models import Job
+
+SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
+TIMESTAMP_FIELDS = (
+    "created_at",
+    "queued_at",
+    "started_at",
+    "finalizing_at",
+    "completed_at",
+    "cancelling_at",
+    "cancelled_at",
+    "failed_at",
+)
+ENDED_STATUSES = ("completed", "cancelled", "failed")
+LIVE_STATUSES = ("queued", "in_progress")
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 with an explicit UTC offset, or None."""
+    return None if value is None else value.isoformat()
+
+
+def job_links(job: Job) -> dict[str, str]:
+    """Where to go next: the API's paths for this job (see web/api.py) and its report page."""
+    base = f"/v1/jobs/{job.id}"
+    return {
+        "self": base,
+        "results": f"{base}/results",
+        "errors": f"{base}/errors",
+        "scorecard": f"{base}/scorecard",
+        "cancel": f"{base}/cancel",
+        "retry": f"{base}/retry",
+        # The HTML report page is served by the pages blueprint; the path is part of the contract.
+        "report": f"/jobs/{job.id}",
+    }
+
+
+def job_usage(session: Session, job: Job) -> dict[str, Any]:
+    """Stored usage when the job has ended and been finalized, else live totals."""
+    if job.status in ENDED_STATUSES and job.usage is not None:
+        return dict(job.usage)
+    return usage_totals(session, job.id)
+
+
+def job_object(session: Session, job: Job) -> dict[str, Any]:
+    """The JSON status of one job (see the `Job` schema in web/openapi.py)."""
+    usage = job_usage(session, job)
+    out: dict[str, Any] = {
+        "id": str(job.id),
+        "object": "job",
+        "kind": job.kind,
+        "status": job.status,
+        "options": job.options,
+        "metadata": job.meta,
+        "warnings": list(job.warnings or []),
+        "request_counts": request_counts(session, job.id).as_dict(),
+        "usage": usage,
+        "cost_usd": usage.get("cost_usd", 0.0),
+        "timestamps": {name: iso(getattr(job, name)) for name in TIMESTAMP_FIELDS},
+        "simulated": bool(job.simulated),
+        "priority": job.priority,
+        # The scheduler's view while the job is live: its share of the upstream, rate, ETA (null otherwise).
+        "schedule": job.schedule if job.status in LIVE_STATUSES else None,
+        "error": job.error,
+        # Written when the job is finalized (completed, or cancelled with partial totals); null before.
+        "summary": job.summary,
+        "links": job_links(job),
+    }
+    if job.simulated:
+        out["simulated_note"] = SIMULATED_NOTE
+    return out
+
+
+def job_json(session: Session, job: Job) -> str:
+    """The job object as the exact text a webhook sends (compact, UTF-8 kept as is)."""
+    return json.dumps(job_object(session, job), ensure_ascii=False, separators=(",", ":"))
