@@ -692,9 +692,10 @@ PATHS: dict[str, Any] = {
                         "in any order and the same body bytes — that job is returned with 200 (the body is "
                         "hashed, not validated again). The same key with anything else is a 409 "
                         "`idempotency_conflict` naming the job that holds it, and nothing is stored. "
-                        f"At most {MAX_IDEMPOTENCY_KEY_CHARS} characters."
+                        f"At most {MAX_IDEMPOTENCY_KEY_CHARS} characters, trimmed; at least one that is not "
+                        "white space."
                     ),
-                    "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY_CHARS},
+                    "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY_CHARS, "pattern": r"\S"},
                 },
                 *NDJSON_QUERY_PARAMS,
             ],
