@@ -731,15 +731,18 @@ def test_bad_metadata_is_400(web: WebEnv, caller: Caller, metadata: Any, needle:
         err = error_of(post_json(web, caller, {"kind": "claims", "items": ROWS, "metadata": metadata}), 400)
         assert err["field"] == "metadata"
         assert needle in err["message"]
-        err = error_of(
-            web.client.post(
-                "/v1/jobs",
-                query_string={"kind": "claims", "metadata": json.dumps(metadata)},
-                data=ndjson(ROWS),
-                headers=caller.ndjson_headers(),
-            ),
-            400,
+        response = web.client.post(
+            "/v1/jobs",
+            query_string={"kind": "claims", "metadata": json.dumps(metadata)},
+            data=ndjson(ROWS),
+            headers=caller.ndjson_headers(),
         )
+        if len(json.dumps(metadata)) > 8_000:
+            # An NDJSON job's metadata rides in the URL, so its request line runs out (8,190 bytes, as
+            # gunicorn's) before the metadata limit does: refused as too long, in the API's error shape.
+            assert error_of(response, 414)["type"] == "uri_too_long_error"
+            return
+        err = error_of(response, 400)
         assert err["field"] == "metadata"
 
 
