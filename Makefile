@@ -28,10 +28,11 @@ browser: ## install Debian's chromium for the end-to-end tests (once; needs root
 test: install services browser ## install, start services and the browser, run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: install ## ruff and mypy (strict)
+lint: install ## ruff, mypy (strict) and the import contracts (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 fmt: install ## format and autofix
 	$(VENV)/bin/ruff format .

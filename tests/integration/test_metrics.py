@@ -19,8 +19,8 @@ from models import ApiCall, Item, Job, Tenant, session_scope, utcnow
 from tests.services import REDIS_URL, unavailable
 from web.app import create_app
 from web.session import EXTENSION
-from workers.context import embedded_redis
-from workers.signals import METRICS_KEY, record_limiter_wait, record_throttled
+from workers.metrics import METRICS_KEY, embedded_redis
+from workers.signals import record_limiter_wait, record_throttled
 
 pytestmark = [pytest.mark.integration]
 
