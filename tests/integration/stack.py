@@ -23,7 +23,6 @@ import redis as redis_lib
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-import migrations
 from checks import claims as claim_rules
 from checks.options import parse_claims_options, parse_questions_options
 from checks.questions import validate_question_rows
@@ -184,13 +183,12 @@ class Stack:
 def fresh_database() -> Iterator[tuple[str, Engine]]:
     """A database of its own for one queue test: a worker's sweeper then sees only that test's jobs."""
     try:
-        url = create_pg_database("factgate_queue")
+        url = create_pg_database("factgate_queue", migrated=True)
     except Exception as exc:
         unavailable("PostgreSQL", exc)
         raise
     engine = make_engine(url)
     try:
-        migrations.upgrade(url)
         yield url, engine
     finally:
         engine.dispose()
@@ -199,7 +197,7 @@ def fresh_database() -> Iterator[tuple[str, Engine]]:
 
 @contextmanager
 def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: str) -> Iterator[Stack]:
-    """A stack with a clean Redis database; every worker is stopped on exit."""
+    """A stack with a clean Redis database (this xdist worker's own); every worker is killed on exit."""
     redis_url = redis_db_url(STACK_REDIS_DB)
     redis_lib.Redis.from_url(redis_url).flushdb()
     base_env = {
@@ -214,11 +212,17 @@ def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: s
         "FACTGATE_HTTP_TIMEOUT_S": "5",
         "FACTGATE_CHORD_SIZE": "10",
         "FACTGATE_WORKER_CONCURRENCY": "8",
+        # Our limiter's rates (defaults 10/s Decisions, 3/s Agent) would make every test wait on them; tests
+        # about pacing, throttling or fairness set their own. Search stays at the simulator's default 50/s.
+        "FACTGATE_DECISIONS_RPS": "100",
+        "FACTGATE_AGENT_RPS": "100",
     }
     stack = Stack(pg_url=pg_url, engine=engine, env={**base_env, **env}, tmp=tmp)
     try:
         yield stack
     finally:
+        # The test is over: a warm shutdown (SIGTERM, about a second) would check nothing, so the workers
+        # are killed. Tests that need a graceful stop call `WorkerProc.stop()` themselves.
         for w in stack.workers:
-            w.stop()
+            w.kill()
         redis_lib.Redis.from_url(redis_url).flushdb()

@@ -29,8 +29,8 @@ from tests.integration.test_cli_helpers import (
     alive,
     background,
     clean_env,
+    cli,
     descendants,
-    factgate,
     free_port,
     kill_all,
     wait_for,
@@ -85,7 +85,7 @@ def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None
 
                 def token_created() -> bool:
                     nonlocal created
-                    created = factgate("tokens", "create", "honcho", env=env)
+                    created = cli("tokens", "create", "honcho", env=env)
                     return created.returncode == 0
 
                 wait_for(token_created, timeout=60, what="migrations", log=log)

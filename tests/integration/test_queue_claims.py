@@ -127,13 +127,16 @@ def test_worker_killed_mid_job_then_another_completes_it(
     queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
     pg_url, pg_engine = queue_db
-    # Upstream latency keeps items in flight long enough to kill the worker mid-job.
+    # Upstream latency keeps items in flight long enough to kill the worker mid-job. The messages the killed
+    # worker had taken but not started are re-sent once their dispatch is 4 s stale (10 s elsewhere).
     with (
         run_in_thread(SimConfig(decisions_rps=0, latency_s=0.4)) as sim,
-        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="4") as stack,
+        running_stack(
+            pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="4", FACTGATE_DISPATCH_STALE_S="4"
+        ) as stack,
     ):
         rows = [{"id": f"k{i}", "claim": f"{r['claim']} ({i})"} for i, r in enumerate(reference * 3)]
-        first = stack.start_worker(concurrency=4)
+        first = stack.start_worker(concurrency=8)
         job_id = stack.submit_claims(rows, {"mode": "ungrounded"})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -143,7 +146,7 @@ def test_worker_killed_mid_job_then_another_completes_it(
             time.sleep(0.1)
         first.kill()
         running = sum(1 for i in _items(stack.engine, job_id) if i.status == "running")
-        stack.start_worker(concurrency=4)
+        stack.start_worker(concurrency=8)
         job = stack.wait_job(job_id, timeout=180)
         assert job.status == "completed"
         items = _items(stack.engine, job_id)
@@ -183,7 +186,14 @@ def test_429_storm_pauses_workers_and_job_completes(
     # The upstream allows 4/s while our limiter believes 10/s: 429s follow, every worker pauses.
     with (
         run_in_thread(SimConfig(decisions_rps=4)) as sim,
-        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS="8") as stack,
+        running_stack(
+            pg_url,
+            pg_engine,
+            sim.base_url,
+            tmp_path,
+            FACTGATE_MAX_ITEM_ATTEMPTS="8",
+            FACTGATE_DECISIONS_RPS="10",
+        ) as stack,
     ):
         stack.start_worker(concurrency=8)
         job_id = stack.submit_claims(reference, {"mode": "ungrounded"})
