@@ -1,7 +1,10 @@
 """The real server stack for integration tests: Postgres, Redis, a Celery worker subprocess, the simulator.
 
-The worker is a real `celery worker` process (threads pool, late acks, beat embedded with `-B` so
-the sweeper runs every second) pointed at a real simulator over HTTP — nothing is eager.
+The worker is a real `celery worker` process (threads pool) pointed at a real simulator over HTTP, and
+beat a real `celery beat` process beside it (the sweeper runs every second) — nothing is eager. Beat runs
+as a process of its own, as in production: a worker started with `-B` forks beat while its own threads
+(consumer, dispatcher) hold locks, and the forked beat now and then hung before its first tick, leaving
+the tests that need the sweeper waiting.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class WorkerProc:
         )
 
     def kill(self) -> None:
-        """SIGKILL to the whole process group (worker and its embedded beat): no cleanup, no acks."""
+        """SIGKILL to the whole process group (the process and any child): no cleanup, no acks."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
@@ -85,6 +88,7 @@ class Stack:
     env: dict[str, str]
     tmp: Path
     workers: list[WorkerProc] = field(default_factory=list)
+    beat: WorkerProc | None = None
 
     @property
     def settings(self) -> Settings:
@@ -96,24 +100,29 @@ class Stack:
     def start_worker(
         self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
     ) -> WorkerProc:
+        """Start a worker (with `beat`, also the stack's beat if it has none) and wait until it is ready."""
         n = len(self.workers)
-        log = self.tmp / f"worker{n}.log"
         argv = [
             sys.executable, "-m", "celery", "-A", "workers.app", "worker",
             "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
             "--hostname", f"w{n}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
         ]  # fmt: skip
-        if beat:
-            argv += ["-B", "--schedule", str(self.tmp / f"beat{n}.db")]
         env = {**os.environ, **self.env, **(extra_env or {})}
+        if beat and (self.beat is None or self.beat.proc.poll() is not None):
+            beat_argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "--loglevel", "info",
+                         "--schedule", str(self.tmp / f"beat{n}.db")]  # fmt: skip
+            self.beat = self._spawn(beat_argv, env, self.tmp / f"beat{n}.log")
+        worker = self._spawn(argv, env, self.tmp / f"worker{n}.log")
+        self.workers.append(worker)
+        worker.wait_ready()
+        return worker
+
+    def _spawn(self, argv: list[str], env: dict[str, str], log: Path) -> WorkerProc:
         with log.open("wb") as fh:
             proc = subprocess.Popen(
                 argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
             )
-        worker = WorkerProc(proc, log)
-        self.workers.append(worker)
-        worker.wait_ready()
-        return worker
+        return WorkerProc(proc, log)
 
     def submit_claims(
         self, rows: Sequence[dict[str, Any]], options: dict[str, Any], tenant: str = "acme"
@@ -175,7 +184,8 @@ class Stack:
                     session.expunge(job)
                     return job
             time.sleep(0.25)
-        logs = "\n".join(w.log.read_text(errors="replace")[-3000:] for w in self.workers)
+        procs = [*self.workers, *([self.beat] if self.beat is not None else [])]
+        logs = "\n".join(w.log.read_text(errors="replace")[-3000:] for w in procs)
         raise TimeoutError(f"job {job_id} did not finish in {timeout}s\n{logs}")
 
 
@@ -225,4 +235,6 @@ def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: s
         # are killed. Tests that need a graceful stop call `WorkerProc.stop()` themselves.
         for w in stack.workers:
             w.kill()
+        if stack.beat is not None:
+            stack.beat.kill()
         redis_lib.Redis.from_url(redis_url).flushdb()
