@@ -34,6 +34,31 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(cores, MAX_XDIST_WORKERS))
 
 
+def _long(item: pytest.Item) -> bool:
+    """A test that takes seconds on its own (jobs through workers, a browser, subprocesses)."""
+    return item.get_closest_marker("slow") is not None or item.get_closest_marker("e2e") is not None
+
+
+def _has_module_fixture(item: pytest.Item) -> bool:
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(d.scope == "module" for fixturedefs in defs.values() for d in fixturedefs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (`make test`: `--dist loadgroup --no-loadscope-reorder`), a schedule that keeps every
+    worker busy to the end: the long tests first, each a unit of its own that goes to whichever worker is
+    free; everything else after them, one module at a time (a module's tests share its module fixtures and
+    are too quick to be worth spreading). A long module with a module fixture (a server, an embedded
+    worker) stays one unit. Without xdist nothing changes."""
+    if not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        if not _long(item) or _has_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=lambda item: 0 if _long(item) and not _has_module_fixture(item) else 1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _pg_template_dropped() -> Iterator[None]:
     """The template database this process may have made is dropped when the session ends."""

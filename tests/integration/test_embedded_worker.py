@@ -30,7 +30,7 @@ from workers.api import enqueue_start
 from workers.embedded import EmbeddedWorker
 from workers.metrics import embedded_redis, read_limiter_metrics
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture
