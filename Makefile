@@ -26,19 +26,18 @@ browser: ## install Debian's chromium for the end-to-end tests (once; needs root
 	@bash scripts/browser.sh
 
 # The whole suite runs on $(TEST_WORKERS) pytest-xdist workers (most of its time is spent waiting on jobs,
-# workers and the browser, so three beat two on two cores) and prints the slowest tests; then the tests that
-# measure a rate (marked `pacing`) run alone. One branch-coverage summary covers both runs. TEST_WORKERS=0
-# runs the first part in one process. Exit 5 (no test selected, e.g. PYTEST_ARGS=tests/unit) is fine there.
-TEST_WORKERS ?= 3
+# workers and the browser: on two cores four workers beat three, and three beat two), prints the slowest
+# tests and a branch-coverage summary; then the tests that measure a rate (marked `pacing`) run alone,
+# without coverage. TEST_WORKERS=0 runs the first part in one process. Exit 5 (no test selected, e.g.
+# PYTEST_ARGS=tests/unit) is fine for the second.
+TEST_WORKERS ?= 4
 # Long tests first, one per free worker; short ones a module at a time (tests/conftest.py).
 XDIST_ARGS ?= --dist loadgroup --no-loadscope-reorder
-COVERAGE ?= --cov
+COVERAGE ?= --cov --cov-report=term
 
 test: install services browser ## install, start services and the browser, run the whole suite
-	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST_ARGS) -m "not pacing" --durations=25 $(COVERAGE) \
-		--cov-report= $(PYTEST_ARGS)
-	$(PY) -m pytest -m pacing --durations=5 $(COVERAGE) --cov-append --cov-report=term $(PYTEST_ARGS) \
-		|| [ $$? -eq 5 ]
+	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST_ARGS) -m "not pacing" --durations=25 $(COVERAGE) $(PYTEST_ARGS)
+	$(PY) -m pytest -m pacing --durations=5 -p no:cov $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 unit: install ## the unit tests only: no service, no browser, no subprocess
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)

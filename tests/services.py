@@ -30,12 +30,12 @@ PG_ADMIN_URL = os.environ.get(
 # (e.g. redis://127.0.0.1:6390) to run two suites side by side without them flushing each other's data.
 REDIS_BASE = os.environ.get("FACTGATE_TEST_REDIS_BASE", "redis://127.0.0.1:6379").rstrip("/")
 
-# The databases tests flush (10 honcho, 11 the CLI server, 12 the metrics test, 13 the queue stack) are a
-# block of four per xdist worker: gw0 (and a run without xdist) keeps 10-13, gw1 gets 6-9, gw2 2-5. Database
-# 15 is shared by every worker: its tests touch only keys under a prefix of their own. 0 and 1 are never
-# used (a developer's own data usually lives in 0), nor 14.
-FLUSHED_DBS = (10, 11, 12, 13)
-_BLOCK_STARTS = (10, 6, 2)
+# The databases tests flush (11 the CLI server, 12 the metrics test, 13 the queue stack and the honcho test)
+# are a block of three per xdist worker: gw0 (and a run without xdist) keeps 11-13, gw1 gets 8-10, gw2 5-7,
+# gw3 2-4. Database 15 is shared by every worker: its tests touch only keys under a prefix of their own. 0
+# and 1 are never used (a developer's own data usually lives in 0), nor 14.
+FLUSHED_DBS = (11, 12, 13)
+_BLOCK_STARTS = (11, 8, 5, 2)
 MAX_XDIST_WORKERS = len(_BLOCK_STARTS)
 SHARED_DB = 15
 

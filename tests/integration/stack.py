@@ -41,6 +41,9 @@ from workers.app import make_celery
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_REDIS_DB = 13
+# A module's shared stack lives beside its tests' own stacks, so it needs another database. 12 is the metrics
+# test's, which is in another module: pytest ends a module's fixtures before the next module's tests start.
+SHARED_STACK_REDIS_DB = 12
 ENDED = ("completed", "cancelled", "failed")
 
 
@@ -89,6 +92,7 @@ class Stack:
     tmp: Path
     workers: list[WorkerProc] = field(default_factory=list)
     beat: WorkerProc | None = None
+    tenant: str = "acme"  # whose jobs `submit_*` creates when the caller names no tenant
 
     @property
     def settings(self) -> Settings:
@@ -125,7 +129,7 @@ class Stack:
         return WorkerProc(proc, log)
 
     def submit_claims(
-        self, rows: Sequence[dict[str, Any]], options: dict[str, Any], tenant: str = "acme"
+        self, rows: Sequence[dict[str, Any]], options: dict[str, Any], tenant: str | None = None
     ) -> uuid.UUID:
         """Validate, store and enqueue a claims job the way the intake API does."""
         parsed = claim_rules.validate_rows(list(rows), max_rows=100_000, max_claim_bytes=4096)
@@ -133,7 +137,7 @@ class Stack:
         units, warnings = claim_units(parsed, opts)
         factory = make_session_factory(self.engine)
         with session_scope(factory) as session:
-            t = get_or_create_tenant(session, tenant)
+            t = get_or_create_tenant(session, tenant or self.tenant)
             job, _ = create_job(
                 session, tenant_id=t.id, kind="claims", options=opts.as_dict(), units=units, warnings=warnings
             )
@@ -148,14 +152,14 @@ class Stack:
         kind: str,
         rows: Sequence[dict[str, Any]],
         options: dict[str, Any] | None = None,
-        tenant: str = "acme",
+        tenant: str | None = None,
     ) -> uuid.UUID:
         """Validate, store and enqueue an `answer` or `quote` job the way the intake API does."""
         parsed = validate_question_rows(list(rows), max_rows=100_000)
         opts = parse_questions_options(options or {})
         factory = make_session_factory(self.engine)
         with session_scope(factory) as session:
-            t = get_or_create_tenant(session, tenant)
+            t = get_or_create_tenant(session, tenant or self.tenant)
             job, _ = create_job(
                 session, tenant_id=t.id, kind=kind, options=opts.as_dict(), units=question_units(parsed, kind)
             )
@@ -205,10 +209,58 @@ def fresh_database() -> Iterator[tuple[str, Engine]]:
         drop_pg_database(url)
 
 
+class SharedStack(Stack):
+    """A stack whose workers serve every test of a module (`shared_stack`).
+
+    `start_worker` with the settings the first call used returns the running worker instead of starting
+    another one; other settings are a mistake (such a test needs a stack of its own). The worker sees every
+    job in the database, so each test submits as a tenant of its own (`for_test`) and waits for its own job:
+    the dispatcher serves live jobs fairly, and the earlier tests' jobs have ended.
+    """
+
+    _started: tuple[int, bool, tuple[tuple[str, str], ...]] | None = None
+
+    def start_worker(
+        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+    ) -> WorkerProc:
+        wanted = (concurrency, beat, tuple(sorted((extra_env or {}).items())))
+        if self._started is None:
+            worker = super().start_worker(concurrency=concurrency, beat=beat, extra_env=extra_env)
+            self._started = wanted
+            return worker
+        if wanted != self._started:
+            raise AssertionError(f"a shared stack runs one worker {self._started}; this test wants {wanted}")
+        return self.workers[0]
+
+    def for_test(self, name: str) -> SharedStack:
+        """This stack, submitting as a tenant named after the test."""
+        self.tenant = f"t-{uuid.uuid4().hex[:8]}-{name[:40]}"
+        return self
+
+
 @contextmanager
-def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: str) -> Iterator[Stack]:
+def shared_stack(sim_url: str, tmp: Path, **env: str) -> Iterator[SharedStack]:
+    """A database, a clean Redis database and (once a test asks) a worker for all the tests of a module."""
+    with (
+        fresh_database() as (url, engine),
+        running_stack(url, engine, sim_url, tmp, redis_db=SHARED_STACK_REDIS_DB, **env) as stack,
+    ):
+        shared = SharedStack(pg_url=stack.pg_url, engine=stack.engine, env=stack.env, tmp=stack.tmp)
+        try:
+            yield shared
+        finally:
+            for w in shared.workers:
+                w.kill()
+            if shared.beat is not None:
+                shared.beat.kill()
+
+
+@contextmanager
+def running_stack(
+    pg_url: str, engine: Engine, sim_url: str, tmp: Path, *, redis_db: int = STACK_REDIS_DB, **env: str
+) -> Iterator[Stack]:
     """A stack with a clean Redis database (this xdist worker's own); every worker is killed on exit."""
-    redis_url = redis_db_url(STACK_REDIS_DB)
+    redis_url = redis_db_url(redis_db)
     redis_lib.Redis.from_url(redis_url).flushdb()
     base_env = {
         "DATABASE_URL": pg_url,

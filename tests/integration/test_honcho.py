@@ -39,7 +39,7 @@ from tests.services import create_pg_database, drop_pg_database, redis_db_url, u
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REDIS_DB_URL = redis_db_url(10)
+REDIS_DB_URL = redis_db_url(13)  # the queue stack's database: flushed before and after, like there
 API_KEY = "pplx-honcho-smoke-key-0123456789abcdef"
 
 

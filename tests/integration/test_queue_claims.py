@@ -1,7 +1,8 @@
 """Claims jobs through the real queue: Postgres, Redis, `celery worker` subprocesses, the simulator over HTTP.
 
-Each test owns its simulator (its faults and limits) and its workers; Redis db 13 is flushed around
-every test. Nothing here is eager.
+The tests that use `stack` share one simulator (no faults, no limit), database and worker for the module,
+each submitting as a tenant of its own; the others own their simulator (its faults and limits), database and
+workers, and Redis is flushed around each. Nothing here is eager.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 from models import ApiCall, Item
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
-from tests.integration.stack import Stack, fresh_database, running_stack
+from tests.integration.stack import SharedStack, Stack, fresh_database, running_stack, shared_stack
 from tests.reference import reference_claims
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,14 +49,19 @@ def queue_db() -> Iterator[tuple[str, Engine]]:
         yield db
 
 
-@pytest.fixture
-def stack(queue_db: tuple[str, Engine], tmp_path: Path) -> Iterator[Stack]:
-    url, engine = queue_db
+@pytest.fixture(scope="module")
+def _module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
     with (
         run_in_thread(SimConfig(decisions_rps=0)) as sim,
-        running_stack(url, engine, sim.base_url, tmp_path) as st,
+        shared_stack(sim.base_url, tmp_path_factory.mktemp("claims-stack")) as st,
     ):
         yield st
+
+
+@pytest.fixture
+def stack(_module_stack: SharedStack, request: pytest.FixtureRequest) -> Stack:
+    """The module's stack (one worker: these tests have the same settings), as a tenant of the test's own."""
+    return _module_stack.for_test(request.node.name)
 
 
 def test_reference_claims_both_modes_scorecards(stack: Stack, reference: list[dict[str, object]]) -> None:
