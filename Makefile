@@ -31,8 +31,8 @@ browser: ## install Debian's chromium for the end-to-end tests (once; needs root
 # without coverage. TEST_WORKERS=0 runs the first part in one process. Exit 5 (no test selected, e.g.
 # PYTEST_ARGS=tests/unit) is fine for the second.
 TEST_WORKERS ?= 4
-# Long tests first, one per free worker; short ones a module at a time (tests/conftest.py).
-XDIST_ARGS ?= --dist loadgroup --no-loadscope-reorder
+# Whole modules to whichever worker is free, the modules of long tests first (tests/conftest.py).
+XDIST_ARGS ?= --dist loadfile --no-loadscope-reorder
 COVERAGE ?= --cov --cov-report=term
 
 test: install services browser ## install, start services and the browser, run the whole suite

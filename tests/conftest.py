@@ -39,24 +39,14 @@ def _long(item: pytest.Item) -> bool:
     return item.get_closest_marker("slow") is not None or item.get_closest_marker("e2e") is not None
 
 
-def _has_module_fixture(item: pytest.Item) -> bool:
-    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-    return any(d.scope == "module" for fixturedefs in defs.values() for d in fixturedefs)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (`make test`: `--dist loadgroup --no-loadscope-reorder`), a schedule that keeps every
-    worker busy to the end: the long tests first, each a unit of its own that goes to whichever worker is
-    free; everything else after them, one module at a time (a module's tests share its module fixtures and
-    are too quick to be worth spreading). A long module with a module fixture (a server, an embedded
-    worker) stays one unit. Without xdist nothing changes."""
-    if not hasattr(config, "workerinput"):
-        return
-    for item in items:
-        if not _long(item) or _has_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    items.sort(key=lambda item: 0 if _long(item) and not _has_module_fixture(item) else 1)
+    """Under xdist (`make test`: `--dist loadfile --no-loadscope-reorder`, whole modules go to whichever
+    worker is free, in collection order), the modules of long tests come first, so no worker starts a
+    long module while the others run out of work. Module fixtures (a server, an embedded worker, a shared
+    stack) stay on one worker. Without xdist nothing changes."""
+    if hasattr(config, "workerinput"):
+        long_modules = {item.nodeid.split("::", 1)[0] for item in items if _long(item)}
+        items.sort(key=lambda item: 0 if item.nodeid.split("::", 1)[0] in long_modules else 1)
 
 
 @pytest.fixture(scope="session", autouse=True)
