@@ -48,6 +48,10 @@ lint: install ## ruff, mypy (strict) and the import contracts (lint-imports)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+hooks: install ## install the pre-commit hooks (.pre-commit-config.yaml) into this clone
+	$(PY) -m pip install -q pre-commit
+	$(VENV)/bin/pre-commit install
+
 fmt: install ## format and autofix
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
@@ -55,4 +59,4 @@ fmt: install ## format and autofix
 demo: install ## run the 24 reference claims through the embedded stack (no services, no key needed)
 	@env -u DATABASE_URL -u REDIS_URL -u FACTGATE_URL $(VENV)/bin/factgate check examples/claims.jsonl --mode both
 
-.PHONY: help install services browser test unit lint fmt demo
+.PHONY: help install services browser test unit lint hooks fmt demo
