@@ -28,8 +28,9 @@ browser: ## install Debian's chromium for the end-to-end tests (once; needs root
 # The whole suite runs on $(TEST_WORKERS) pytest-xdist workers (most of its time is spent waiting on jobs,
 # workers and the browser: on two cores four workers beat three, and three beat two), prints the slowest
 # tests and a branch-coverage summary; then the tests that measure a rate (marked `pacing`) run alone,
-# without coverage. TEST_WORKERS=0 runs the first part in one process. Exit 5 (no test selected, e.g.
-# PYTEST_ARGS=tests/unit) is fine for the second.
+# without coverage; a failure there (its assertions count 429s and a rate, which another busy process on the
+# machine can disturb) is run once more, and says so. TEST_WORKERS=0 runs the first part in one process.
+# Exit 5 (no test selected, e.g. PYTEST_ARGS=tests/unit) is fine for the second.
 TEST_WORKERS ?= 4
 # Whole modules to whichever worker is free, the modules of long tests first (tests/conftest.py).
 XDIST_ARGS ?= --dist loadfile --no-loadscope-reorder
@@ -37,7 +38,12 @@ COVERAGE ?= --cov --cov-report=term
 
 test: install services browser ## install, start services and the browser, run the whole suite
 	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST_ARGS) -m "not pacing" --durations=25 $(COVERAGE) $(PYTEST_ARGS)
-	$(PY) -m pytest -m pacing --durations=5 -p no:cov $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	@rc=0; $(PY) -m pytest -m pacing --durations=5 -p no:cov $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 1 ]; then \
+		echo "make test: a pacing test failed; it measures against the clock, so it runs once more" >&2; \
+		rc=0; $(PY) -m pytest -m pacing -p no:cov $(PYTEST_ARGS) || rc=$$?; \
+	fi; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 unit: install ## the unit tests only: no service, no browser, no subprocess
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
