@@ -62,7 +62,8 @@ def worker(concurrency: int | None, loglevel: str, celery_args: tuple[str, ...])
 def beat(loglevel: str, celery_args: tuple[str, ...]) -> None:
     """Run Celery beat (schedules the sweeper). Run exactly one per deployment."""
     _require_redis("beat")
-    from workers.app import beat_schedule_path, celery_app
+    from workers.api import beat_schedule_path
+    from workers.app import celery_app
 
     # The schedule file lives in the instance folder, which may not exist yet on a fresh deploy.
     beat_schedule_path(_settings()).parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,13 @@
-"""Shared fixtures: a migrated Postgres database per session, a migrated SQLite file, Redis."""
+"""Shared fixtures: a migrated Postgres database per session, a migrated SQLite file, Redis.
+
+Postgres databases are clones of a template migrated once per test process (tests/services.py); SQLite
+files are copies of one migrated once per session. Under xdist each worker has its own of both.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,19 +18,53 @@ from sqlalchemy.orm import Session
 
 import migrations
 from models import make_engine
-from tests.services import REDIS_URL, create_pg_database, drop_pg_database, unavailable
+from tests.services import (
+    MAX_XDIST_WORKERS,
+    REDIS_URL,
+    create_pg_database,
+    drop_pg_database,
+    drop_template_database,
+    unavailable,
+)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core, at most as many as the suite has Redis databases for."""
+    cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_XDIST_WORKERS))
+
+
+def _long(item: pytest.Item) -> bool:
+    """A test that takes seconds on its own (jobs through workers, a browser, subprocesses)."""
+    return item.get_closest_marker("slow") is not None or item.get_closest_marker("e2e") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (`make test`: `--dist loadfile --no-loadscope-reorder`, whole modules go to whichever
+    worker is free, in collection order), the modules of long tests come first, so no worker starts a
+    long module while the others run out of work. Module fixtures (a server, an embedded worker, a shared
+    stack) stay on one worker. Without xdist nothing changes."""
+    if hasattr(config, "workerinput"):
+        long_modules = {item.nodeid.split("::", 1)[0] for item in items if _long(item)}
+        items.sort(key=lambda item: 0 if item.nodeid.split("::", 1)[0] in long_modules else 1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pg_template_dropped() -> Iterator[None]:
+    """The template database this process may have made is dropped when the session ends."""
+    yield
+    drop_template_database()
 
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh Postgres database at the head migration, dropped at the end of the session."""
     try:
-        url = create_pg_database()
+        url = create_pg_database(migrated=True)
     except Exception as exc:
         unavailable("PostgreSQL", exc)
         raise
     try:
-        migrations.upgrade(url)
         yield url
     finally:
         drop_pg_database(url)
@@ -53,11 +93,20 @@ def db(pg_engine: Engine) -> Iterator[Session]:
             outer.rollback()
 
 
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file at the head migration per session; `sqlite_url` copies it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "factgate.db"
+    migrations.upgrade(f"sqlite:///{path}")
+    return path
+
+
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'factgate.db'}"
-    migrations.upgrade(url)
-    return url
+def sqlite_url(tmp_path: Path, _sqlite_template: Path) -> str:
+    """A SQLite file of the test's own at the head migration."""
+    path = tmp_path / "factgate.db"
+    shutil.copyfile(_sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from web.errors import register_error_handlers
 from web.metrics import init_app as init_metrics
 from web.pages import init_pages
 from web.session import EXTENSION, WebResources, close_db_session
-from workers.app import make_celery
+from workers.api import producer_celery
 
 HEALTH_TIMEOUT_S = 2.0
 
@@ -61,7 +61,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
         settings=settings,
         engine=engine,
         sessions=make_session_factory(engine),
-        celery=celery if celery is not None else make_celery(settings, with_tasks=False),
+        celery=celery if celery is not None else producer_celery(settings),
         redis=redis,
     )
     app.teardown_appcontext(close_db_session)

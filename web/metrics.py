@@ -8,7 +8,8 @@ for the whole deployment and nothing is lost when a process restarts:
 - upstream calls by endpoint and status, and 429s, from `api_calls` over a recent window
   (FACTGATE_METRICS_WINDOW_S, default 900 s);
 - limiter waits (histogram), limiter timeouts and 429 blocks per endpoint: counters the workers keep in
-  Redis (workers/signals.py), in the embedded store in embedded mode;
+  Redis (written by workers/signals.py, read through the public workers/metrics.py), in the embedded
+  store in embedded mode;
 - queue depth: messages waiting in the Celery queue (Redis LLEN in server mode, the in-memory broker
   in embedded mode) and messages delivered but not yet acknowledged (server mode).
 
@@ -41,8 +42,7 @@ from config.logging import bind, configure_logging, unbind
 from models import JOB_STATUSES, ApiCall, Item, Job, utcnow
 from models.jobs import IN_FLIGHT_SQL
 from web.session import WebResources, resources
-from workers.context import embedded_redis
-from workers.signals import read_limiter_metrics
+from workers.metrics import embedded_redis, read_limiter_metrics
 
 log = logging.getLogger("factgate.web")
 

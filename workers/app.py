@@ -2,97 +2,27 @@
 
 Server mode uses Redis as broker and result store; embedded mode (no DATABASE_URL / REDIS_URL) uses kombu's
 in-memory transport and an in-memory result store, with the worker running inside the same process. The
-polling intervals are short because in-memory transports poll: with the defaults a 200-item chord took 25 s to
-close in embedded mode, with these 0.8 s (measured; docs/architecture.md, Modes of running).
+settings themselves are `workers/api.py:celery_config` (shared with the web process's producer app). Their
+polling intervals are short because in-memory transports poll: with the defaults a 200-item chord took 25 s
+to close in embedded mode, with these 0.8 s (measured; docs/architecture.md, Modes of running).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from celery import Celery
-from kombu import Exchange, Queue
 
 from config import Settings
-
-DEFAULT_QUEUE = "celery"  # Celery's default queue name, which the web process also sends to
-
-
-def beat_schedule_path(settings: Settings) -> Path:
-    """Where `factgate beat` keeps its schedule state: the instance folder."""
-    return settings.instance_path.resolve() / "celerybeat-schedule"
-
-
-def celery_config(settings: Settings) -> dict[str, Any]:
-    """Celery settings derived from ours; one place so web, worker and beat agree."""
-    conf: dict[str, Any] = {
-        "task_serializer": "json",
-        "result_serializer": "json",
-        "accept_content": ["json"],
-        "timezone": "UTC",
-        "enable_utc": True,
-        # Redelivery is the database's job: a task lost with its worker leaves a lease that expires, a
-        # message lost before it started leaves a stale dispatch, and both are sent again (item tasks are
-        # idempotent: conditional claims). So in server mode the queue is consumed without
-        # acknowledgements (below, and workers/broker.py), and in embedded mode a message is acknowledged
-        # when its task starts. Late acks would add nothing — Redis only redelivers after the visibility
-        # timeout — and they put an acknowledgement on every task's way out, which kombu flushes onto a
-        # dead connection when Redis goes away, leaving the consumer unable to reconnect (seen in the
-        # Redis-outage test). Without acknowledgements the prefetch limit does not bound what a worker
-        # takes; the dispatcher's in-flight bound does (a few tens of messages per scope).
-        "task_acks_late": False,
-        "worker_prefetch_multiplier": 1,
-        "worker_concurrency": settings.worker_concurrency,
-        "worker_pool": "threads",
-        "result_expires": 24 * 3600,
-        "task_track_started": False,
-        "task_ignore_result": False,
-        "broker_connection_retry_on_startup": True,
-        "worker_hijack_root_logger": False,
-        # Beat keeps its last-run times in a shelve file; it belongs with our other state, not in the
-        # current directory.
-        "beat_schedule_filename": str(beat_schedule_path(settings)),
-        "result_chord_retry_interval": 0.2,
-        "beat_schedule": {
-            "sweep": {"task": "factgate.sweep", "schedule": settings.sweep_interval_s},
-        },
-    }
-    if settings.embedded or not settings.redis_url:
-        conf.update(
-            broker_url="memory://",
-            result_backend="cache+memory://",
-            broker_transport_options={"polling_interval": 0.005},
-        )
-    else:
-        conf.update(
-            broker_url=settings.redis_url,
-            # Tasks are consumed without acknowledgements (workers/broker.py says why): a message leaves
-            # Redis when a worker takes it, and redelivery is the database's job.
-            broker_transport="workers.broker:Transport",
-            task_queues=[
-                Queue(DEFAULT_QUEUE, Exchange(DEFAULT_QUEUE), routing_key=DEFAULT_QUEUE, no_ack=True)
-            ],
-            result_backend=settings.redis_url,
-            # A message must stay invisible for longer than the longest task, or Redis hands it to a
-            # second worker while the first still runs it (the lease then keeps the result single). Only
-            # a queue consumed with acknowledgements keeps messages aside; ours are popped.
-            broker_transport_options={"visibility_timeout": max(3600, settings.lease_s * 4)},
-            result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
-            redis_backend_health_check_interval=30,
-        )
-    return conf
+from workers.api import producer_celery
 
 
 def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
     """A Celery app for these settings.
 
-    Workers register factgate's tasks; producers (the web process, the CLI client) pass
-    `with_tasks=False` and enqueue by task name, so they never import worker code.
+    Workers register factgate's tasks; producers pass `with_tasks=False` and enqueue by task name. The web
+    process uses `workers.api.producer_celery` instead, which builds the same app without importing this
+    module (importing it builds the worker's app, and so the client, limiter and task code).
     """
-    app = Celery("factgate")
-    app.conf.update(celery_config(settings))
-    app.conf.factgate_settings = settings
+    app = producer_celery(settings)
     if with_tasks:
         from workers.bootsteps import DispatcherStep  # noqa: PLC0415 - workers only; producers skip it
 

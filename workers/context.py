@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import redis as redis_lib
@@ -27,6 +26,7 @@ from jobs.tenancy import TenantKey, tenant_key
 from models import make_engine, make_session_factory
 from workers.leases import LeaseKeeper
 from workers.limiter import LimiterTimeout, RateLimiter, scope_for, with_headroom
+from workers.metrics import embedded_redis
 from workers.signals import LimiterWaits, record_throttled
 
 SIMULATOR_BASE = "http://simulator.invalid"
@@ -34,22 +34,7 @@ SIMULATOR_KEY = "simulator-key"
 TENANT_KEY_TTL_S = 30.0
 
 _lock = threading.Lock()
-# Its own lock: `get_context` holds `_lock` while building a context, which calls `embedded_redis`.
-_redis_lock = threading.Lock()
 _contexts: dict[int, WorkerContext] = {}
-_embedded_redis: Any = None
-
-
-def embedded_redis() -> redis_lib.Redis:
-    """The in-process Redis-compatible store of embedded mode (one per process, shared)."""
-    global _embedded_redis  # noqa: PLW0603 - one store per process is the point
-    with _redis_lock:
-        if _embedded_redis is None:
-            import fakeredis  # noqa: PLC0415 - only embedded mode needs it
-
-            _embedded_redis = fakeredis.FakeRedis(server=fakeredis.FakeServer())
-        store: redis_lib.Redis = _embedded_redis
-        return store
 
 
 def rate_of(settings: Settings, endpoint: str) -> float:

@@ -6,7 +6,8 @@ tasks — before it runs and unbinds after, so every record logged while it runs
 
 Metrics: the web process serves /metrics, but limiter waits and 429s happen in worker processes on
 other machines. They are counted in Redis (the same store the limiter uses, so embedded mode's
-in-process store works too) and web/metrics.py reads them back. A failed write is logged and
+in-process store works too) and web/metrics.py reads them back through the public read-only module
+workers/metrics.py, which also holds the key and buckets written here. A failed write is logged and
 ignored: a metric must never fail an upstream call.
 """
 
@@ -17,19 +18,16 @@ import contextvars
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis as redis_lib
 from celery import signals
 
 from config.logging import bind, configure_logging, unbind
+from workers.metrics import METRICS_KEY, WAIT_BUCKETS, bucket_field
 
 log = logging.getLogger("factgate.workers")
 
-METRICS_KEY = "factgate:metrics:limiter"
-# Upper bounds (seconds) of the limiter-wait histogram; +Inf is implied.
-WAIT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 JOB_TASKS = ("factgate.start_job", "factgate.after_window")
 ITEM_TASKS = ("factgate.run_item",)
 
@@ -97,17 +95,13 @@ def _worker_logging(loglevel: Any = None, **_: Any) -> None:
 # --- limiter metrics in Redis --------------------------------------------------------------------------
 
 
-def _bucket_field(endpoint: str, bound: float) -> str:
-    return f"{endpoint}|le|{bound:g}"
-
-
 def _wait_fields(endpoint: str, waited_s: float, timed_out: bool) -> tuple[dict[str, int], float]:
     """The hash fields one acquisition increments, and the seconds it adds to the sum."""
     waited = max(0.0, float(waited_s))
     counts = {f"{endpoint}|count": 1}
     for bound in WAIT_BUCKETS:
         if waited <= bound:
-            counts[_bucket_field(endpoint, bound)] = 1
+            counts[bucket_field(endpoint, bound)] = 1
             break  # cumulative counts are summed when read: one write per call
     if timed_out:
         counts[f"{endpoint}|timeouts"] = 1
@@ -188,46 +182,3 @@ def record_throttled(store: redis_lib.Redis, endpoint: str) -> None:
         store.hincrby(METRICS_KEY, f"{endpoint}|throttled", 1)
     except Exception:
         log.warning("could not record a 429 metric", exc_info=True)
-
-
-@dataclass
-class EndpointWaits:
-    """What the Redis hash holds for one endpoint, with cumulative buckets as Prometheus wants."""
-
-    count: int = 0
-    sum_s: float = 0.0
-    timeouts: int = 0
-    throttled: int = 0
-    buckets: dict[float, int] = field(default_factory=dict)
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
-        running = 0
-        for bound in WAIT_BUCKETS:
-            running += self.buckets.get(bound, 0)
-            out.append((f"{bound:g}", running))
-        out.append(("+Inf", self.count))
-        return out
-
-
-def read_limiter_metrics(store: redis_lib.Redis) -> dict[str, EndpointWaits]:
-    """Per endpoint: acquisitions, seconds waited, per-bucket counts, timeouts and 429 blocks."""
-    raw: dict[bytes | str, bytes | str] = store.hgetall(METRICS_KEY)
-    by_endpoint: dict[str, EndpointWaits] = {}
-    bounds = {f"{b:g}": b for b in WAIT_BUCKETS}
-    for key_raw, value_raw in raw.items():
-        key = key_raw.decode() if isinstance(key_raw, bytes) else key_raw
-        value = value_raw.decode() if isinstance(value_raw, bytes) else value_raw
-        endpoint, _, what = key.partition("|")
-        entry = by_endpoint.setdefault(endpoint, EndpointWaits())
-        if what == "count":
-            entry.count = int(value)
-        elif what == "sum":
-            entry.sum_s = float(value)
-        elif what == "timeouts":
-            entry.timeouts = int(value)
-        elif what == "throttled":
-            entry.throttled = int(value)
-        elif what.startswith("le|") and what[3:] in bounds:
-            entry.buckets[bounds[what[3:]]] = int(value)
-    return by_endpoint

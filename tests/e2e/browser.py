@@ -2,6 +2,10 @@
 
 Playwright drives the browser at /usr/bin/chromium; `playwright install` is never used. Without the
 browser the tests skip on a laptop and FAIL under CI=true, like the other service-backed tests.
+
+One browser is launched per test process, on first use, and closed when the session ends
+(tests/e2e/conftest.py); every `chromium()` gets a fresh context of its own (no cookies, storage or cache
+shared with another test) and its own page.
 """
 
 from __future__ import annotations
@@ -82,24 +86,48 @@ class PageWatch:
         return [m for m in self.console_errors if re.search(r"Content Security Policy", m, re.I)]
 
 
-@contextmanager
-def chromium(*, bypass_csp: bool = False) -> Iterator[tuple[Any, PageWatch]]:
-    """A fresh browser context and page (with a PageWatch attached)."""
+_shared: dict[str, Any] = {}  # "playwright" and "browser", launched on first use
+
+
+def _browser() -> Any:
+    """This process's browser (launched once; again if it went away)."""
+    browser = _shared.get("browser")
+    if browser is not None and browser.is_connected():
+        return browser
+    close_browser()
     from playwright.sync_api import sync_playwright
 
     executable = require_chromium()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport=VIEWPORT, bypass_csp=bypass_csp, device_scale_factor=1)
-            page = context.new_page()
-            page.set_default_timeout(30_000)
-            watch = PageWatch()
-            watch.attach(page)
-            yield page, watch
-            context.close()
-        finally:
+    pw = sync_playwright().start()
+    _shared["playwright"] = pw
+    _shared["browser"] = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+    return _shared["browser"]
+
+
+def close_browser() -> None:
+    """Close the shared browser and stop Playwright, if they were started."""
+    browser = _shared.pop("browser", None)
+    pw = _shared.pop("playwright", None)
+    try:
+        if browser is not None and browser.is_connected():
             browser.close()
+    finally:
+        if pw is not None:
+            pw.stop()
+
+
+@contextmanager
+def chromium(*, bypass_csp: bool = False) -> Iterator[tuple[Any, PageWatch]]:
+    """A fresh browser context and page (with a PageWatch attached), in the process's shared browser."""
+    context = _browser().new_context(viewport=VIEWPORT, bypass_csp=bypass_csp, device_scale_factor=1)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        watch = PageWatch()
+        watch.attach(page)
+        yield page, watch
+    finally:
+        context.close()
 
 
 def sign_in(page: Any, base: str, token: str) -> None:

@@ -1,7 +1,10 @@
 """The real server stack for integration tests: Postgres, Redis, a Celery worker subprocess, the simulator.
 
-The worker is a real `celery worker` process (threads pool, late acks, beat embedded with `-B` so
-the sweeper runs every second) pointed at a real simulator over HTTP — nothing is eager.
+The worker is a real `celery worker` process (threads pool) pointed at a real simulator over HTTP, and
+beat a real `celery beat` process beside it (the sweeper runs every second) — nothing is eager. Beat runs
+as a process of its own, as in production: a worker started with `-B` forks beat while its own threads
+(consumer, dispatcher) hold locks, and the forked beat now and then hung before its first tick, leaving
+the tests that need the sweeper waiting.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import redis as redis_lib
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-import migrations
 from checks import claims as claim_rules
 from checks.options import parse_claims_options, parse_questions_options
 from checks.questions import validate_question_rows
@@ -39,6 +41,9 @@ from workers.app import make_celery
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_REDIS_DB = 13
+# A module's shared stack lives beside its tests' own stacks, so it needs another database. 12 is the metrics
+# test's, which is in another module: pytest ends a module's fixtures before the next module's tests start.
+SHARED_STACK_REDIS_DB = 12
 ENDED = ("completed", "cancelled", "failed")
 
 
@@ -63,7 +68,7 @@ class WorkerProc:
         )
 
     def kill(self) -> None:
-        """SIGKILL to the whole process group (worker and its embedded beat): no cleanup, no acks."""
+        """SIGKILL to the whole process group (the process and any child): no cleanup, no acks."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
@@ -86,6 +91,8 @@ class Stack:
     env: dict[str, str]
     tmp: Path
     workers: list[WorkerProc] = field(default_factory=list)
+    beat: WorkerProc | None = None
+    tenant: str = "acme"  # whose jobs `submit_*` creates when the caller names no tenant
 
     @property
     def settings(self) -> Settings:
@@ -97,27 +104,32 @@ class Stack:
     def start_worker(
         self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
     ) -> WorkerProc:
+        """Start a worker (with `beat`, also the stack's beat if it has none) and wait until it is ready."""
         n = len(self.workers)
-        log = self.tmp / f"worker{n}.log"
         argv = [
             sys.executable, "-m", "celery", "-A", "workers.app", "worker",
             "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
             "--hostname", f"w{n}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
         ]  # fmt: skip
-        if beat:
-            argv += ["-B", "--schedule", str(self.tmp / f"beat{n}.db")]
         env = {**os.environ, **self.env, **(extra_env or {})}
-        with log.open("wb") as fh:
-            proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        worker = WorkerProc(proc, log)
+        if beat and (self.beat is None or self.beat.proc.poll() is not None):
+            beat_argv = [sys.executable, "-m", "celery", "-A", "workers.app", "beat", "--loglevel", "info",
+                         "--schedule", str(self.tmp / f"beat{n}.db")]  # fmt: skip
+            self.beat = self._spawn(beat_argv, env, self.tmp / f"beat{n}.log")
+        worker = self._spawn(argv, env, self.tmp / f"worker{n}.log")
         self.workers.append(worker)
         worker.wait_ready()
         return worker
 
+    def _spawn(self, argv: list[str], env: dict[str, str], log: Path) -> WorkerProc:
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return WorkerProc(proc, log)
+
     def submit_claims(
-        self, rows: Sequence[dict[str, Any]], options: dict[str, Any], tenant: str = "acme"
+        self, rows: Sequence[dict[str, Any]], options: dict[str, Any], tenant: str | None = None
     ) -> uuid.UUID:
         """Validate, store and enqueue a claims job the way the intake API does."""
         parsed = claim_rules.validate_rows(list(rows), max_rows=100_000, max_claim_bytes=4096)
@@ -125,7 +137,7 @@ class Stack:
         units, warnings = claim_units(parsed, opts)
         factory = make_session_factory(self.engine)
         with session_scope(factory) as session:
-            t = get_or_create_tenant(session, tenant)
+            t = get_or_create_tenant(session, tenant or self.tenant)
             job, _ = create_job(
                 session, tenant_id=t.id, kind="claims", options=opts.as_dict(), units=units, warnings=warnings
             )
@@ -140,14 +152,14 @@ class Stack:
         kind: str,
         rows: Sequence[dict[str, Any]],
         options: dict[str, Any] | None = None,
-        tenant: str = "acme",
+        tenant: str | None = None,
     ) -> uuid.UUID:
         """Validate, store and enqueue an `answer` or `quote` job the way the intake API does."""
         parsed = validate_question_rows(list(rows), max_rows=100_000)
         opts = parse_questions_options(options or {})
         factory = make_session_factory(self.engine)
         with session_scope(factory) as session:
-            t = get_or_create_tenant(session, tenant)
+            t = get_or_create_tenant(session, tenant or self.tenant)
             job, _ = create_job(
                 session, tenant_id=t.id, kind=kind, options=opts.as_dict(), units=question_units(parsed, kind)
             )
@@ -176,7 +188,8 @@ class Stack:
                     session.expunge(job)
                     return job
             time.sleep(0.25)
-        logs = "\n".join(w.log.read_text(errors="replace")[-3000:] for w in self.workers)
+        procs = [*self.workers, *([self.beat] if self.beat is not None else [])]
+        logs = "\n".join(w.log.read_text(errors="replace")[-3000:] for w in procs)
         raise TimeoutError(f"job {job_id} did not finish in {timeout}s\n{logs}")
 
 
@@ -184,23 +197,70 @@ class Stack:
 def fresh_database() -> Iterator[tuple[str, Engine]]:
     """A database of its own for one queue test: a worker's sweeper then sees only that test's jobs."""
     try:
-        url = create_pg_database("factgate_queue")
+        url = create_pg_database("factgate_queue", migrated=True)
     except Exception as exc:
         unavailable("PostgreSQL", exc)
         raise
     engine = make_engine(url)
     try:
-        migrations.upgrade(url)
         yield url, engine
     finally:
         engine.dispose()
         drop_pg_database(url)
 
 
+class SharedStack(Stack):
+    """A stack whose workers serve every test of a module (`shared_stack`).
+
+    `start_worker` with the settings the first call used returns the running worker instead of starting
+    another one; other settings are a mistake (such a test needs a stack of its own). The worker sees every
+    job in the database, so each test submits as a tenant of its own (`for_test`) and waits for its own job:
+    the dispatcher serves live jobs fairly, and the earlier tests' jobs have ended.
+    """
+
+    _started: tuple[int, bool, tuple[tuple[str, str], ...]] | None = None
+
+    def start_worker(
+        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+    ) -> WorkerProc:
+        wanted = (concurrency, beat, tuple(sorted((extra_env or {}).items())))
+        if self._started is None:
+            worker = super().start_worker(concurrency=concurrency, beat=beat, extra_env=extra_env)
+            self._started = wanted
+            return worker
+        if wanted != self._started:
+            raise AssertionError(f"a shared stack runs one worker {self._started}; this test wants {wanted}")
+        return self.workers[0]
+
+    def for_test(self, name: str) -> SharedStack:
+        """This stack, submitting as a tenant named after the test."""
+        self.tenant = f"t-{uuid.uuid4().hex[:8]}-{name[:40]}"
+        return self
+
+
 @contextmanager
-def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: str) -> Iterator[Stack]:
-    """A stack with a clean Redis database; every worker is stopped on exit."""
-    redis_url = redis_db_url(STACK_REDIS_DB)
+def shared_stack(sim_url: str, tmp: Path, **env: str) -> Iterator[SharedStack]:
+    """A database, a clean Redis database and (once a test asks) a worker for all the tests of a module."""
+    with (
+        fresh_database() as (url, engine),
+        running_stack(url, engine, sim_url, tmp, redis_db=SHARED_STACK_REDIS_DB, **env) as stack,
+    ):
+        shared = SharedStack(pg_url=stack.pg_url, engine=stack.engine, env=stack.env, tmp=stack.tmp)
+        try:
+            yield shared
+        finally:
+            for w in shared.workers:
+                w.kill()
+            if shared.beat is not None:
+                shared.beat.kill()
+
+
+@contextmanager
+def running_stack(
+    pg_url: str, engine: Engine, sim_url: str, tmp: Path, *, redis_db: int = STACK_REDIS_DB, **env: str
+) -> Iterator[Stack]:
+    """A stack with a clean Redis database (this xdist worker's own); every worker is killed on exit."""
+    redis_url = redis_db_url(redis_db)
     redis_lib.Redis.from_url(redis_url).flushdb()
     base_env = {
         "DATABASE_URL": pg_url,
@@ -214,11 +274,19 @@ def running_stack(pg_url: str, engine: Engine, sim_url: str, tmp: Path, **env: s
         "FACTGATE_HTTP_TIMEOUT_S": "5",
         "FACTGATE_CHORD_SIZE": "10",
         "FACTGATE_WORKER_CONCURRENCY": "8",
+        # Our limiter's rates (defaults 10/s Decisions, 3/s Agent) would make every test wait on them; tests
+        # about pacing, throttling or fairness set their own. Search stays at the simulator's default 50/s.
+        "FACTGATE_DECISIONS_RPS": "100",
+        "FACTGATE_AGENT_RPS": "100",
     }
     stack = Stack(pg_url=pg_url, engine=engine, env={**base_env, **env}, tmp=tmp)
     try:
         yield stack
     finally:
+        # The test is over: a warm shutdown (SIGTERM, about a second) would check nothing, so the workers
+        # are killed. Tests that need a graceful stop call `WorkerProc.stop()` themselves.
         for w in stack.workers:
-            w.stop()
+            w.kill()
+        if stack.beat is not None:
+            stack.beat.kill()
         redis_lib.Redis.from_url(redis_url).flushdb()

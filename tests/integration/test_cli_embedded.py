@@ -1,5 +1,9 @@
-"""The `factgate` commands in embedded mode, as a user runs them: the installed script in a subprocess, no
-DATABASE_URL, no REDIS_URL, no key, an instance folder of its own. Needs no service.
+"""The `factgate` commands in embedded mode, as a user runs them: no DATABASE_URL, no REDIS_URL, no key, an
+instance folder of its own. Needs no service.
+
+Most commands run in this process through click's CliRunner (`cli`), with exactly the environment a user's
+shell would give them; the installed script runs in a subprocess where a process is the point: a check that
+another process cancels, Ctrl-C, `factgate serve` and `factgate simulator`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from tests.integration.test_cli_helpers import (
     FACTGATE,
     background,
     clean_env,
-    factgate,
+    cli,
     free_port,
     kill_group,
     wait_for,
@@ -56,7 +60,7 @@ def job_id_of(stdout: str) -> str:
 
 
 def test_check_prints_the_table_scorecard_job_and_report(env: dict[str, str], six_claims: Path) -> None:
-    run = factgate("check", str(six_claims), env=env)
+    run = cli("check", str(six_claims), env=env)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].split() == ["id", "kind", "label", "p_grounded", "verdict_grounded"]
@@ -81,7 +85,7 @@ def test_check_prints_the_table_scorecard_job_and_report(env: dict[str, str], si
 def test_a_bad_file_names_the_line_and_field_and_stores_nothing(env: dict[str, str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(SIX[0]) + "\n" + json.dumps({"id": "x2", "label": True}) + "\n")
-    run = factgate("check", str(bad), env=env)
+    run = cli("check", str(bad), env=env)
     assert run.returncode == 2
     error_lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert error_lines == [f'error: {bad} line 2: field "claim": is required (nothing was stored)']
@@ -90,7 +94,7 @@ def test_a_bad_file_names_the_line_and_field_and_stores_nothing(env: dict[str, s
 
 
 def test_a_bad_option_is_one_line(env: dict[str, str], six_claims: Path) -> None:
-    run = factgate("check", str(six_claims), "--model", "gpt-nope", env=env)
+    run = cli("check", str(six_claims), "--model", "gpt-nope", env=env)
     assert run.returncode == 2
     assert run.stderr.splitlines()[-1].startswith('error: option "model": unknown model')
 
@@ -98,30 +102,30 @@ def test_a_bad_option_is_one_line(env: dict[str, str], six_claims: Path) -> None
 def test_status_results_and_cancel_read_the_local_jobs(
     env: dict[str, str], six_claims: Path, tmp_path: Path
 ) -> None:
-    check = factgate("check", str(six_claims), "--mode", "both", env=env)
+    check = cli("check", str(six_claims), "--mode", "both", env=env)
     assert check.returncode == 0, check.stderr
     job_id = job_id_of(check.stdout.split("\n\n")[-1])
 
-    status = factgate("status", job_id, env=env)
+    status = cli("status", job_id, env=env)
     assert status.returncode == 0
     assert status.stdout.startswith(f"job {job_id} claims completed: 12 of 12 requests done")
-    as_json = json.loads(factgate("status", job_id, "--json", env=env).stdout)
+    as_json = json.loads(cli("status", job_id, "--json", env=env).stdout)
     assert as_json["id"] == job_id and as_json["simulated"] is True
 
     out = tmp_path / "results.ndjson"
-    results = factgate("results", job_id, "-o", str(out), env=env)
+    results = cli("results", job_id, "-o", str(out), env=env)
     assert results.returncode == 0 and f"wrote 6 lines to {out}" in results.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["custom_id"] for r in lines] == [r["id"] for r in SIX]
     assert set(lines[0]["results"]) == {"ungrounded", "grounded"}
-    csv = factgate("results", job_id, "--format", "csv", env=env)
+    csv = cli("results", job_id, "--format", "csv", env=env)
     assert csv.returncode == 0 and len(csv.stdout.strip().splitlines()) >= 7  # a header, then the claims
 
-    cancel = factgate("cancel", job_id, env=env)
+    cancel = cli("cancel", job_id, env=env)
     assert cancel.returncode == 1
     assert cancel.stderr.strip() == "error: job is completed; only a queued or running job can be cancelled"
 
-    missing = factgate("status", "00000000-0000-0000-0000-000000000000", env=env)
+    missing = cli("status", "00000000-0000-0000-0000-000000000000", env=env)
     assert missing.returncode == 2 and missing.stderr.startswith("error: no such job")
 
 
@@ -143,7 +147,7 @@ def test_cancel_stops_a_running_local_job(env: dict[str, str], six_claims: Path)
         jid = str(job_id)
         if len(jid) == 32:  # SQLite stores UUIDs as 32 hex digits
             jid = f"{jid[:8]}-{jid[8:12]}-{jid[12:16]}-{jid[16:20]}-{jid[20:]}"
-        cancel = factgate("cancel", jid, env=env)
+        cancel = cli("cancel", jid, env=env)
         assert cancel.returncode == 0, cancel.stderr
         assert cancel.stdout.startswith(f"job {jid} claims cancell")
         out, err = check.communicate(timeout=120)
@@ -185,20 +189,20 @@ def test_ctrl_c_leaves_the_job_resumable(env: dict[str, str]) -> None:
     assert running == 0  # requests in flight finished before the process left
     assert 0 < done < 48
 
-    again = factgate(*resume[1:], env=env)
+    again = cli(*resume[1:], env=env)
     assert again.returncode == 0, again.stderr
     assert "completed: 48 of 48 requests done" in again.stdout
     assert any(line.strip().endswith("acceptance met") for line in again.stdout.splitlines())
 
 
 def test_ask_and_quote(env: dict[str, str]) -> None:
-    quote = factgate("quote", "How many bones are in the adult human body?", env=env)
+    quote = cli("quote", "How many bones are in the adult human body?", env=env)
     assert quote.returncode == 0, quote.stderr
     assert quote.stdout.startswith('question: How many bones are in the adult human body?\nquote: "')
     assert "206" in quote.stdout.splitlines()[1]
     assert "note: results come from the bundled simulator, not Perplexity" in quote.stdout
 
-    ask = factgate("ask", "What did the James Webb Space Telescope discover about exoplanet K2-18b?", env=env)
+    ask = cli("ask", "What did the James Webb Space Telescope discover about exoplanet K2-18b?", env=env)
     assert ask.returncode == 0, ask.stderr
     sentences = [line for line in ask.stdout.splitlines() if line[:3].strip().rstrip(".").isdigit()]
     assert sentences and all("[" in s for s in sentences)
@@ -207,19 +211,19 @@ def test_ask_and_quote(env: dict[str, str]) -> None:
 
 
 def test_db_upgrade_and_tokens(env: dict[str, str]) -> None:
-    assert factgate("db", "upgrade", env=env).stdout.strip() == "database at head"
-    created = factgate("tokens", "create", "acme", "--name", "ci", env=env)
+    assert cli("db", "upgrade", env=env).stdout.strip() == "database at head"
+    created = cli("tokens", "create", "acme", "--name", "ci", env=env)
     token = created.stdout.strip()
     assert created.returncode == 0 and token.startswith("fg_")
     assert "store it now" in created.stderr
-    listed = factgate("tokens", "list", env=env)
+    listed = cli("tokens", "list", env=env)
     (row,) = [line for line in listed.stdout.splitlines() if "acme" in line]
     token_id = row.split()[0]
     assert "active" in row and token not in listed.stdout  # only the display prefix is shown
     assert row.endswith("never used")
-    assert factgate("tokens", "revoke", token_id, env=env).stdout.strip() == "revoked"
-    assert "revoked" in factgate("tokens", "list", "--tenant", "acme", env=env).stdout
-    again = factgate("tokens", "revoke", token_id, env=env)
+    assert cli("tokens", "revoke", token_id, env=env).stdout.strip() == "revoked"
+    assert "revoked" in cli("tokens", "list", "--tenant", "acme", env=env).stdout
+    again = cli("tokens", "revoke", token_id, env=env)
     assert again.returncode == 1 and again.stderr.strip() == f"error: no active token {token_id!r}"
 
 
@@ -233,20 +237,20 @@ def test_serve_runs_the_api_and_a_worker_in_one_process(
         wait_for(lambda: httpx.get(f"{base}/healthz").status_code == 200, timeout=60, what="serve", log=log)
         health = httpx.get(f"{base}/healthz").json()
         assert health["mode"] == "embedded" and health["simulated"] is True
-        token = factgate("tokens", "create", "acme", env=env).stdout.strip()
+        token = cli("tokens", "create", "acme", env=env).stdout.strip()
         remote = {**env, "FACTGATE_URL": base, "FACTGATE_TOKEN": token}
-        submitted = factgate("submit", str(six_claims), "--mode", "grounded", env=remote)
+        submitted = cli("submit", str(six_claims), "--mode", "grounded", env=remote)
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
         wait_for(
-            lambda: "completed" in factgate("status", job_id, env=remote).stdout,
+            lambda: "completed" in cli("status", job_id, env=remote).stdout,
             timeout=60,
             what="the job",
             log=log,
         )
-        results = factgate("results", job_id, env=remote)
+        results = cli("results", job_id, env=remote)
         assert len(results.stdout.splitlines()) == 6
-        bad = factgate("status", job_id, env={**remote, "FACTGATE_TOKEN": "fg_not-a-token"})
+        bad = cli("status", job_id, env={**remote, "FACTGATE_TOKEN": "fg_not-a-token"})
         assert bad.returncode == 2 and "rejected the token" in bad.stderr
         # The embedded store counted the limiter's waits; /metrics shows them and the finished job.
         metrics = httpx.get(f"{base}/metrics").text

@@ -1,4 +1,9 @@
-"""Helpers for the CLI, demo and honcho tests (no tests here): the installed `factgate` in subprocesses.
+"""Helpers for the CLI, demo and honcho tests (no tests here): `factgate` in this process or in subprocesses.
+
+`cli()` runs one command in this process with click's CliRunner and answers like `factgate()`, which runs
+the installed script in a subprocess: the subprocess costs an interpreter start and every import (about a
+second each) and stays for what needs a real process — a signal (Ctrl-C, SIGTERM), a server the test talks
+to (`serve`, `simulator`, `worker`, `beat`), `make demo`, honcho.
 
 Every long-running child starts in its own session (process group) and is stopped with killpg, so a
 test never leaves a worker, server or simulator behind, even when it fails half-way.
@@ -7,6 +12,7 @@ test never leaves a worker, server or simulator behind, even when it fails half-
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -16,6 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTGATE = str(Path(sys.executable).with_name("factgate"))
@@ -60,6 +67,46 @@ def factgate(
         out, err = proc.communicate()
         raise AssertionError(f"factgate {' '.join(args)} timed out\nstdout:\n{out}\nstderr:\n{err}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def cli(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run one factgate command in this process (click's CliRunner) with exactly `env` as its environment.
+
+    Answers like `factgate()`: the exit code, stdout and stderr apart. What a process's exit would clean up
+    is cleaned up here: the database engines the command connected are disposed (their pooled connections
+    closed), and the root logger, which the command configures for its own stderr, is put back.
+    """
+    from click.testing import CliRunner
+    from sqlalchemy import Engine, event
+
+    from cli.main import main
+
+    changes: dict[str, str | None] = {k: None for k in os.environ if k not in env}
+    changes.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    engines: list[Engine] = []
+
+    def connected(conn: Any) -> None:
+        if conn.engine not in engines:
+            engines.append(conn.engine)
+
+    event.listen(Engine, "engine_connect", connected)
+    try:
+        result = CliRunner().invoke(main, list(args), env=changes, catch_exceptions=False)
+    finally:
+        event.remove(Engine, "engine_connect", connected)
+        for engine in engines:
+            engine.dispose()
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
+    return subprocess.CompletedProcess(["factgate", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def kill_group(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

@@ -1,5 +1,6 @@
 """The CLI as the HTTP client of a real server: `factgate serve` (gunicorn), `factgate worker` and
 `factgate beat` as subprocesses on a fresh Postgres database and Redis, the simulator over HTTP with a key.
+The client commands run in this process (`cli`, click's CliRunner) against that server.
 
 Needs PostgreSQL and Redis (fails under CI=true when they are missing, see tests/services.py).
 """
@@ -23,7 +24,7 @@ from tests.integration.test_cli_helpers import (
     FACTGATE,
     background,
     clean_env,
-    factgate,
+    cli,
     free_port,
     wait_for,
 )
@@ -71,7 +72,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 FACTGATE_SWEEP_INTERVAL_S="1",
                 FACTGATE_INSTANCE_PATH=str(tmp / "instance"),
             )
-            migrated = factgate("db", "upgrade", env=env)
+            migrated = cli("db", "upgrade", env=env)
             assert migrated.returncode == 0, migrated.stderr
             argv_web = [FACTGATE, "serve", "--port", str(port), "--workers", "1"]
             argv_worker = [FACTGATE, "worker", "-c", "4", "--without-mingle", "--without-gossip"]
@@ -86,7 +87,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                          log=tmp / "web.log")  # fmt: skip
                 wait_for(lambda: " ready." in (tmp / "worker.log").read_text(), timeout=60, what="worker",
                          log=tmp / "worker.log")  # fmt: skip
-                created = factgate("tokens", "create", "cli-test", env=env)
+                created = cli("tokens", "create", "cli-test", env=env)
                 assert created.returncode == 0, created.stderr
                 token = created.stdout.strip()
                 yield Server(base, token, {**env, "FACTGATE_URL": base, "FACTGATE_TOKEN": token}, tmp)
@@ -97,7 +98,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def test_check_against_a_server_prints_the_results_and_the_job_page(server: Server) -> None:
     args = ("check", str(EXAMPLE_CLAIMS), "--mode", "both", "--server", server.url, "--token", server.token)
-    run = factgate(*args, env=clean_env())
+    run = cli(*args, env=clean_env())
     assert run.returncode == 0, run.stderr + server.log_text()[-3000:]
     lines = run.stdout.splitlines()
     assert len([line for line in lines[1:] if line[:1] in "sr" and line[1:3].isdigit()]) == 24
@@ -112,32 +113,32 @@ def test_check_against_a_server_prints_the_results_and_the_job_page(server: Serv
 
 
 def test_submit_status_results_and_idempotency(server: Server, tmp_path: Path) -> None:
-    first = factgate(
+    first = cli(
         "submit", str(EXAMPLE_CLAIMS), "--mode", "grounded", "--idempotency-key", "k-1", env=server.env
     )
     assert first.returncode == 0, first.stderr
     job_id = first.stdout.strip()
-    again = factgate(
+    again = cli(
         "submit", str(EXAMPLE_CLAIMS), "--mode", "grounded", "--idempotency-key", "k-1", env=server.env
     )
     assert again.stdout.strip() == job_id  # the same key returns the same job
-    wait_for(lambda: "completed" in factgate("status", job_id, env=server.env).stdout, timeout=90, what="job")
-    status = factgate("status", job_id, env=server.env)
+    wait_for(lambda: "completed" in cli("status", job_id, env=server.env).stdout, timeout=90, what="job")
+    status = cli("status", job_id, env=server.env)
     assert status.stdout.splitlines()[0] == (
         f"job {job_id} claims completed: 24 of 24 requests done, 0 failed, 0 skipped, 0 to go; "
         + status.stdout.splitlines()[0].split("0 to go; ", 1)[1]
     )
     assert f"page: {server.url}/jobs/{job_id}" in status.stdout
     out = tmp_path / "r.ndjson"
-    got = factgate("results", job_id, "-o", str(out), env=server.env)
+    got = cli("results", job_id, "-o", str(out), env=server.env)
     assert got.returncode == 0 and "wrote 24 lines" in got.stderr
     assert {json.loads(line)["custom_id"] for line in out.read_text().splitlines()} >= {"s01", "r16"}
 
 
 def test_cancel_a_running_job(server: Server) -> None:
-    submitted = factgate("submit", str(EXAMPLE_CLAIMS), "--mode", "both", env=server.env)
+    submitted = cli("submit", str(EXAMPLE_CLAIMS), "--mode", "both", env=server.env)
     job_id = submitted.stdout.strip()
-    cancel = factgate("cancel", job_id, env=server.env)
+    cancel = cli("cancel", job_id, env=server.env)
     if cancel.returncode == 1:  # it finished first (48 requests at 10/s is a few seconds)
         assert "only a queued or running job can be cancelled" in cancel.stderr
         return
@@ -145,7 +146,7 @@ def test_cancel_a_running_job(server: Server) -> None:
     assert cancel.stdout.startswith(f"job {job_id} claims cancell")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = json.loads(factgate("status", job_id, "--json", env=server.env).stdout)
+        status = json.loads(cli("status", job_id, "--json", env=server.env).stdout)
         if status["status"] == "cancelled":
             break
         time.sleep(0.5)
@@ -153,17 +154,17 @@ def test_cancel_a_running_job(server: Server) -> None:
 
 
 def test_errors_against_a_server(server: Server, tmp_path: Path) -> None:
-    bad_token = factgate("status", "x", env={**server.env, "FACTGATE_TOKEN": "fg_wrong"})
+    bad_token = cli("status", "x", env={**server.env, "FACTGATE_TOKEN": "fg_wrong"})
     assert bad_token.returncode == 2
     assert bad_token.stderr.startswith(f"error: factgate at {server.url} rejected the token")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "claim": "ok"}\n{"id": "a", "claim": "dup"}\n')
-    dup = factgate("submit", str(bad), env=server.env)
+    dup = cli("submit", str(bad), env=server.env)
     assert dup.returncode == 2 and dup.stderr.startswith(f"error: {bad} line 2: ")
     assert "duplicate" in dup.stderr
-    unknown = factgate("status", "00000000-0000-0000-0000-000000000000", env=server.env)
+    unknown = cli("status", "00000000-0000-0000-0000-000000000000", env=server.env)
     assert unknown.returncode == 2 and "no such job" in unknown.stderr
-    gone = factgate("status", "x", env={**server.env, "FACTGATE_URL": f"http://127.0.0.1:{free_port()}"})
+    gone = cli("status", "x", env={**server.env, "FACTGATE_URL": f"http://127.0.0.1:{free_port()}"})
     assert gone.returncode == 1 and "cannot reach factgate" in gone.stderr
 
 

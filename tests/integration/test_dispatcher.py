@@ -21,7 +21,7 @@ from workers.app import make_celery
 from workers.context import build_context
 from workers.dispatcher import Dispatcher
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture

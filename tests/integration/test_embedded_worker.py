@@ -27,11 +27,10 @@ from models import ApiCall, Item, Job, make_engine, make_session_factory, sessio
 from tests.integration.stack import ENDED
 from tests.reference import reference_claims
 from workers.api import enqueue_start
-from workers.context import embedded_redis
 from workers.embedded import EmbeddedWorker
-from workers.signals import read_limiter_metrics
+from workers.metrics import embedded_redis, read_limiter_metrics
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture

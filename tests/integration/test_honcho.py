@@ -29,8 +29,8 @@ from tests.integration.test_cli_helpers import (
     alive,
     background,
     clean_env,
+    cli,
     descendants,
-    factgate,
     free_port,
     kill_all,
     wait_for,
@@ -39,7 +39,7 @@ from tests.services import create_pg_database, drop_pg_database, redis_db_url, u
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REDIS_DB_URL = redis_db_url(10)
+REDIS_DB_URL = redis_db_url(13)  # the queue stack's database: flushed before and after, like there
 API_KEY = "pplx-honcho-smoke-key-0123456789abcdef"
 
 
@@ -85,7 +85,7 @@ def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None
 
                 def token_created() -> bool:
                     nonlocal created
-                    created = factgate("tokens", "create", "honcho", env=env)
+                    created = cli("tokens", "create", "honcho", env=env)
                     return created.returncode == 0
 
                 wait_for(token_created, timeout=60, what="migrations", log=log)

@@ -17,15 +17,15 @@ from sqlalchemy import select
 
 from config.logging import current_context
 from models import ApiCall, Item, Job, Tenant, session_scope, utcnow
-from tests.services import REDIS_URL, unavailable
+from tests.services import redis_db_url, unavailable
 from web.app import create_app
 from web.session import EXTENSION
-from workers.context import embedded_redis
-from workers.signals import METRICS_KEY, record_limiter_wait, record_throttled
+from workers.metrics import METRICS_KEY, embedded_redis
+from workers.signals import record_limiter_wait, record_throttled
 
 pytestmark = [pytest.mark.integration]
 
-SERVER_REDIS = REDIS_URL.rsplit("/", 1)[0] + "/12"
+SERVER_REDIS = redis_db_url(12)  # flushed: a database of this xdist worker's own
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

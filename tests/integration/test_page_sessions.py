@@ -25,7 +25,7 @@ from sqlalchemy import select, update
 from jobs.tenancy import revoke_token
 from models import ApiToken, WebSession, session_scope, utcnow
 from tests.e2e.builders import claim_output, finalize, settle, submit_claims
-from tests.integration.test_cli_helpers import clean_env, factgate
+from tests.integration.test_cli_helpers import clean_env, cli
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
     WebEnv,
@@ -205,7 +205,7 @@ def test_tokens_revoke_ends_the_sessions_it_opened_at_once(
     assert [s.ended_at for s in web_sessions(web, caller)] == [None, None]
     # Server mode; this command never touches Redis.
     env = clean_env(DATABASE_URL=web_settings["database_url"], REDIS_URL="redis://127.0.0.1:1/0")
-    run = factgate("tokens", "revoke", str(token_row(web, caller).id), env=env)
+    run = cli("tokens", "revoke", str(token_row(web, caller).id), env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "revoked"
     assert "ended 2 page session(s)" in run.stderr

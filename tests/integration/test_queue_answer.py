@@ -25,7 +25,7 @@ from simulator.config import SimConfig
 from simulator.engine import AgentOutcome
 from simulator.engine import Engine as SimEngine
 from simulator.server import run_in_thread
-from tests.integration.stack import Stack, running_stack
+from tests.integration.stack import Stack, fresh_database, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,7 +84,16 @@ def _calls(engine: Engine, job_id: object) -> list[ApiCall]:
 
 
 @pytest.fixture
-def stack(pg_url: str, pg_engine: Engine, tmp_path: Path) -> Iterator[Stack]:
+def queue_db() -> Iterator[tuple[str, Engine]]:
+    """A database of the test's own: the session's database holds the web tests' jobs, which a worker
+    started on it would run too (and which would compete for its upstream scope)."""
+    with fresh_database() as db:
+        yield db
+
+
+@pytest.fixture
+def stack(queue_db: tuple[str, Engine], tmp_path: Path) -> Iterator[Stack]:
+    pg_url, pg_engine = queue_db
     with (
         run_in_thread(SimConfig(decisions_rps=0, agent_rps=0)) as sim,
         running_stack(pg_url, pg_engine, sim.base_url, tmp_path) as st,
@@ -176,8 +185,9 @@ def test_reference_questions_are_answered_checked_and_reviewed(stack: Stack) -> 
 
 
 def test_failed_investigation_and_failed_question_leave_the_rest_reported(
-    pg_url: str, pg_engine: Engine, tmp_path: Path
+    queue_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
+    pg_url, pg_engine = queue_db
     engine = AgentFaults(
         SimEngine(SimConfig()), fail_question=QUESTIONS[0], fail_investigations_of=QUESTIONS[1]
     )
@@ -228,8 +238,9 @@ def test_failed_investigation_and_failed_question_leave_the_rest_reported(
 
 
 def test_redis_flushed_mid_job_every_question_still_gets_its_report(
-    pg_url: str, pg_engine: Engine, tmp_path: Path
+    queue_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
+    pg_url, pg_engine = queue_db
     # Latency keeps children in flight while Redis (queue, chord counters) is flushed.
     with (
         run_in_thread(SimConfig(decisions_rps=0, agent_rps=0, latency_s=0.3)) as sim,

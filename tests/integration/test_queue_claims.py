@@ -1,7 +1,8 @@
 """Claims jobs through the real queue: Postgres, Redis, `celery worker` subprocesses, the simulator over HTTP.
 
-Each test owns its simulator (its faults and limits) and its workers; Redis db 13 is flushed around
-every test. Nothing here is eager.
+The tests that use `stack` share one simulator (no faults, no limit), database and worker for the module,
+each submitting as a tenant of its own; the others own their simulator (its faults and limits), database and
+workers, and Redis is flushed around each. Nothing here is eager.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from models import ApiCall, Item
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
-from tests.integration.stack import Stack, fresh_database, running_stack
+from tests.integration.stack import SharedStack, Stack, fresh_database, running_stack, shared_stack
 from tests.reference import reference_claims
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -50,14 +51,19 @@ def queue_db() -> Iterator[tuple[str, Engine]]:
         yield db
 
 
-@pytest.fixture
-def stack(queue_db: tuple[str, Engine], tmp_path: Path) -> Iterator[Stack]:
-    url, engine = queue_db
+@pytest.fixture(scope="module")
+def _module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
     with (
         run_in_thread(SimConfig(decisions_rps=0)) as sim,
-        running_stack(url, engine, sim.base_url, tmp_path) as st,
+        shared_stack(sim.base_url, tmp_path_factory.mktemp("claims-stack")) as st,
     ):
         yield st
+
+
+@pytest.fixture
+def stack(_module_stack: SharedStack, request: pytest.FixtureRequest) -> Stack:
+    """The module's stack (one worker: these tests have the same settings), as a tenant of the test's own."""
+    return _module_stack.for_test(request.node.name)
 
 
 def test_reference_claims_both_modes_scorecards(stack: Stack, reference: list[dict[str, object]]) -> None:
@@ -146,13 +152,16 @@ def test_worker_killed_mid_job_then_another_completes_it(
     queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
     pg_url, pg_engine = queue_db
-    # Upstream latency keeps items in flight long enough to kill the worker mid-job.
+    # Upstream latency keeps items in flight long enough to kill the worker mid-job. The messages the killed
+    # worker had taken but not started are re-sent once their dispatch is 4 s stale (10 s elsewhere).
     with (
         run_in_thread(SimConfig(decisions_rps=0, latency_s=0.4)) as sim,
-        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="4") as stack,
+        running_stack(
+            pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="4", FACTGATE_DISPATCH_STALE_S="4"
+        ) as stack,
     ):
         rows = [{"id": f"k{i}", "claim": f"{r['claim']} ({i})"} for i, r in enumerate(reference * 3)]
-        first = stack.start_worker(concurrency=4)
+        first = stack.start_worker(concurrency=8)
         job_id = stack.submit_claims(rows, {"mode": "ungrounded"})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -162,7 +171,7 @@ def test_worker_killed_mid_job_then_another_completes_it(
             time.sleep(0.1)
         first.kill()
         running = sum(1 for i in _items(stack.engine, job_id) if i.status == "running")
-        stack.start_worker(concurrency=4)
+        stack.start_worker(concurrency=8)
         job = stack.wait_job(job_id, timeout=180)
         assert job.status == "completed"
         items = _items(stack.engine, job_id)
@@ -244,7 +253,14 @@ def test_429_storm_pauses_workers_and_job_completes(
     # The upstream allows 4/s while our limiter believes 10/s: 429s follow, every worker pauses.
     with (
         run_in_thread(SimConfig(decisions_rps=4)) as sim,
-        running_stack(pg_url, pg_engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS="8") as stack,
+        running_stack(
+            pg_url,
+            pg_engine,
+            sim.base_url,
+            tmp_path,
+            FACTGATE_MAX_ITEM_ATTEMPTS="8",
+            FACTGATE_DECISIONS_RPS="10",
+        ) as stack,
     ):
         stack.start_worker(concurrency=8)
         job_id = stack.submit_claims(reference, {"mode": "ungrounded"})

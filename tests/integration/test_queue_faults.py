@@ -258,7 +258,8 @@ def test_a_call_slower_than_the_lease_is_sent_once(queue_db: tuple[str, Engine],
     """The heartbeat keeps the lease of a live item, so the sweeper never starts a second copy."""
     url, engine = queue_db
     with (
-        run_in_thread(SimConfig(decisions_rps=0, latency_s=4.0)) as sim,
+        # 2.5 s a call against a 1 s lease: the call outlives its lease more than twice over.
+        run_in_thread(SimConfig(decisions_rps=0, latency_s=2.5)) as sim,
         running_stack(
             url, engine, sim.base_url, tmp_path, FACTGATE_LEASE_S="1", FACTGATE_HTTP_TIMEOUT_S="30"
         ) as stack,
@@ -282,7 +283,9 @@ def test_accounting_under_half_transient_faults_matches_the_upstream(
         run_in_thread(config) as sim,
         running_stack(url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS="6") as stack,
     ):
-        stack.start_worker(concurrency=8)
+        # Half the POSTs fail and each retry waits 1, 2, 4 s (the client's backoff): the threads spend most
+        # of the job asleep, so more of them keep the upstream busy.
+        stack.start_worker(concurrency=32)
         job_id = stack.submit_claims(_claims(150, "faulty"), {"mode": "grounded"})
         job = stack.wait_job(job_id, timeout=240)
         upstream_posts = _sim_count(sim, "decisions")

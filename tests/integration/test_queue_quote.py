@@ -22,7 +22,7 @@ from models import ApiCall, Item, Job
 from simulator.config import SimConfig
 from simulator.engine import Engine as SimEngine
 from simulator.server import run_in_thread
-from tests.integration.stack import Stack, running_stack
+from tests.integration.stack import Stack, fresh_database, running_stack
 from tests.reference import answerable_quotes, unanswerable_quotes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,7 +47,16 @@ def _calls(engine: Engine, job_id: object) -> list[ApiCall]:
 
 
 @pytest.fixture
-def stack(pg_url: str, pg_engine: Engine, tmp_path: Path) -> Iterator[Stack]:
+def queue_db() -> Iterator[tuple[str, Engine]]:
+    """A database of the test's own: the session's database holds the web tests' jobs, which a worker
+    started on it would run too (and which would compete for its upstream scope)."""
+    with fresh_database() as db:
+        yield db
+
+
+@pytest.fixture
+def stack(queue_db: tuple[str, Engine], tmp_path: Path) -> Iterator[Stack]:
+    pg_url, pg_engine = queue_db
     with (
         run_in_thread(SimConfig(decisions_rps=0)) as sim,
         running_stack(pg_url, pg_engine, sim.base_url, tmp_path) as st,
@@ -146,8 +155,9 @@ class RankFaults:
 
 
 def test_failed_rank_and_failed_search_keep_the_run_record(
-    pg_url: str, pg_engine: Engine, tmp_path: Path
+    queue_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
+    pg_url, pg_engine = queue_db
     sim_engine = SimEngine(SimConfig())
     question = "How many bones are in the adult human body?"
     # The second result's rank request fails; the answer is in the first (simulator corpus).

@@ -117,6 +117,7 @@ def test_a_daily_budget_reached_mid_job_holds_the_rest_until_it_is_raised(stack:
     assert _statuses(st, job_id) == Counter({"done": 40})
 
 
+@pytest.mark.pacing  # requests per second against the simulator's clock: nothing else may compete for the CPU
 def test_a_tenant_with_its_own_key_has_its_own_rate_limit(stack: tuple[Stack, str]) -> None:
     st, sim = stack
     factory = make_session_factory(st.engine)

@@ -26,6 +26,7 @@ from config.logging import (
     unbind,
 )
 from workers import signals
+from workers.metrics import read_limiter_metrics
 
 KEY = "pplx-0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -184,7 +185,7 @@ def test_limiter_waits_make_a_cumulative_histogram() -> None:
     signals.record_limiter_wait(store, "search", 0.2)
     signals.record_throttled(store, "decisions")
     signals.record_throttled(store, "decisions")
-    data = signals.read_limiter_metrics(store)
+    data = read_limiter_metrics(store)
     dec = data["decisions"]
     assert dec.count == 7 and dec.timeouts == 1 and dec.throttled == 2
     assert dec.sum_s == pytest.approx(0.003 + 0.14 + 2.0 + 100.0 + 60.0)

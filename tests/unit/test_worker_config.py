@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from workers.app import beat_schedule_path, celery_config
+from workers.api import beat_schedule_path, celery_config
 
 
 def test_beat_schedule_lives_in_the_instance_folder(tmp_path: Path) -> None:

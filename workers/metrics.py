@@ -1,0 +1,86 @@
+"""The public, read-only view of the worker-side metrics, for the web process (`web/metrics.py`).
+
+Workers count limiter waits and upstream 429s in a Redis hash (`workers/signals.py` writes it); the
+web process reads it back at scrape time. This module holds what both sides must agree on — the key,
+the histogram buckets, how the hash is read — and the embedded store handle, and imports nothing else of
+ours, so importing it never pulls the HTTP client, the limiter or task code into a web process (the
+import contracts in pyproject.toml keep it that way).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis as redis_lib
+
+METRICS_KEY = "factgate:metrics:limiter"
+# Upper bounds (seconds) of the limiter-wait histogram; +Inf is implied.
+WAIT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+_redis_lock = threading.Lock()
+_embedded_redis: Any = None
+
+
+def embedded_redis() -> redis_lib.Redis:
+    """The in-process Redis-compatible store of embedded mode (one per process, shared).
+
+    The embedded worker's limiter and metrics live here, so the web app of the same process reads them.
+    """
+    global _embedded_redis  # noqa: PLW0603 - one store per process is the point
+    with _redis_lock:
+        if _embedded_redis is None:
+            import fakeredis  # noqa: PLC0415 - only embedded mode needs it
+
+            _embedded_redis = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+        store: redis_lib.Redis = _embedded_redis
+        return store
+
+
+def bucket_field(endpoint: str, bound: float) -> str:
+    """The hash field counting one endpoint's waits that fell in the bucket ending at `bound`."""
+    return f"{endpoint}|le|{bound:g}"
+
+
+@dataclass
+class EndpointWaits:
+    """What the Redis hash holds for one endpoint, with cumulative buckets as Prometheus wants."""
+
+    count: int = 0
+    sum_s: float = 0.0
+    timeouts: int = 0
+    throttled: int = 0
+    buckets: dict[float, int] = field(default_factory=dict)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        running = 0
+        for bound in WAIT_BUCKETS:
+            running += self.buckets.get(bound, 0)
+            out.append((f"{bound:g}", running))
+        out.append(("+Inf", self.count))
+        return out
+
+
+def read_limiter_metrics(store: redis_lib.Redis) -> dict[str, EndpointWaits]:
+    """Per endpoint: acquisitions, seconds waited, per-bucket counts, timeouts and 429 blocks."""
+    raw: dict[bytes | str, bytes | str] = store.hgetall(METRICS_KEY)
+    by_endpoint: dict[str, EndpointWaits] = {}
+    bounds = {f"{b:g}": b for b in WAIT_BUCKETS}
+    for key_raw, value_raw in raw.items():
+        key = key_raw.decode() if isinstance(key_raw, bytes) else key_raw
+        value = value_raw.decode() if isinstance(value_raw, bytes) else value_raw
+        endpoint, _, what = key.partition("|")
+        entry = by_endpoint.setdefault(endpoint, EndpointWaits())
+        if what == "count":
+            entry.count = int(value)
+        elif what == "sum":
+            entry.sum_s = float(value)
+        elif what == "timeouts":
+            entry.timeouts = int(value)
+        elif what == "throttled":
+            entry.throttled = int(value)
+        elif what.startswith("le|") and what[3:] in bounds:
+            entry.buckets[bounds[what[3:]]] = int(value)
+    return by_endpoint
