@@ -212,12 +212,12 @@ def test_a_worker_writes_limiter_waits_once_a_second_with_the_same_counts() -> N
         signals.record_limiter_wait(reference, endpoint, waited, timed_out=timed_out)
     assert not store.exists(signals.METRICS_KEY)  # counted in the process, not written yet
     waits.flush()
-    assert signals.read_limiter_metrics(store) == signals.read_limiter_metrics(reference)
+    assert read_limiter_metrics(store) == read_limiter_metrics(reference)
     waits.flush()  # nothing new: no write
-    assert signals.read_limiter_metrics(store)["decisions"].count == 3
+    assert read_limiter_metrics(store)["decisions"].count == 3
     at_once = signals.LimiterWaits(store, flush_s=0.0)
     at_once.record("agent", 1.0)
-    assert signals.read_limiter_metrics(store)["agent"].count == 1
+    assert read_limiter_metrics(store)["agent"].count == 1
 
 
 def test_an_idle_worker_still_writes_what_it_counted() -> None:
@@ -228,7 +228,7 @@ def test_an_idle_worker_still_writes_what_it_counted() -> None:
     deadline = time.monotonic() + 10
     while not store.exists(signals.METRICS_KEY) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert signals.read_limiter_metrics(store)["decisions"].count == 1
+    assert read_limiter_metrics(store)["decisions"].count == 1
 
 
 def test_a_metrics_write_failure_never_raises(caplog: pytest.LogCaptureFixture) -> None:
