@@ -1,5 +1,6 @@
 """Finalize a job once every item is terminal: summary, usage, final status. Idempotent.
 
+The item counts are stored on the job row with its final status (jobs.progress reads them back).
 Safe to call from every chord body and from the sweeper at once: the status moves with a
 conditional UPDATE, so exactly one caller builds the summary; the others see it moved and stop.
 This is the one place a job ends (completed, cancelled or failed), so it is also where the job's webhook
@@ -91,6 +92,9 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
             "error": f"finalizing failed: {type(exc).__name__}: {exc}",
             "usage": usage_totals(session, job_id),
         }
+    # Every item is terminal and stays so while the job is ended (a retry reopens the job first), so these
+    # counts stay true: lists and status reads of the ended job use them instead of counting its items.
+    values["request_counts"] = counts.as_dict()
     session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)
