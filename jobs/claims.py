@@ -173,11 +173,13 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
         rows.close()
 
 
-def claim_results_of(session: Session, job: Job, custom_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """The results of these claims (as `iter_claim_results` gives them), in input order: one page of the
-    report, read through the (job_id, custom_id, mode) unique index."""
+def claim_results_of(
+    session: Session, job: Job, custom_ids: Sequence[str]
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The results of these claims (as `iter_claim_results` gives them), in input order, and the highest
+    position among their items: one page of the report, read through the (job_id, custom_id, mode) index."""
     if not custom_ids:
-        return []
+        return [], None
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
     rows = session.execute(
@@ -185,7 +187,8 @@ def claim_results_of(session: Session, job: Job, custom_ids: Sequence[str]) -> l
         .where(Item.job_id == job.id, Item.custom_id.in_(list(custom_ids)))
         .order_by(Item.position)
     ).all()
-    return list(merge_claim_rows(rows, smin, cmax))
+    last = max((int(r[0]) for r in rows), default=None)
+    return list(merge_claim_rows(rows, smin, cmax)), last
 
 
 def merge_claim_rows(rows: Iterable[Sequence[Any]], smin: float, cmax: float) -> Iterator[dict[str, Any]]:

@@ -7,7 +7,7 @@ migration 0007) held, with status and custom id, in the covering index `ix_items
 - `score_counts` replays any pair of cutoffs over the stored probabilities in one grouped query (an
   index-only scan of the job's entries, no item output read, no upstream request) and returns, per mode,
   the verdict and label counts that depend on the cutoffs, plus the calibration bins, which do not;
-- `flip_counts`/`first_flips` compare the two modes' verdicts by joining them on the custom id;
+- `flips_at` compares the two modes' verdicts by joining them on the custom id;
 - `claim_page` finds one page of claims matching a filter by keyset on `position` (never OFFSET: page 500
   costs what page 1 costs), then reads the full results of just those claims.
 
@@ -192,26 +192,22 @@ def _flip_pairs(job_id: uuid.UUID, smin: float, cmax: float) -> tuple[Any, Any, 
     return u, g, cond
 
 
-def flip_count(session: Session, job_id: uuid.UUID, smin: float, cmax: float) -> int:
-    """Claims whose verdict differs between the two modes at these cutoffs (checks.claims.flips)."""
-    u, g, cond = _flip_pairs(job_id, smin, cmax)
-    return int(session.scalar(select(func.count()).select_from(u).join(g, cond)) or 0)
-
-
-def first_flips(
+def flips_at(
     session: Session, job_id: uuid.UUID, smin: float, cmax: float, limit: int
-) -> list[dict[str, Any]]:
-    """The first `limit` flips in input order, shaped like checks.claims.Flip.as_dict."""
+) -> tuple[int, list[dict[str, Any]]]:
+    """How many claims flip between the two modes at these cutoffs (checks.claims.flips), and the first
+    `limit` of them in input order shaped like checks.claims.Flip.as_dict: one join, counted by a window."""
     u, g, cond = _flip_pairs(job_id, smin, cmax)
     rows = session.execute(
-        select(u.custom_id, u.claim_p, g.claim_p)
+        select(u.custom_id, u.claim_p, g.claim_p, func.count().over())
         .select_from(u)
         .join(g, cond)
         .order_by(u.position)
         .limit(limit)
     ).all()
+    total = int(rows[0][3]) if rows else 0
     out: list[dict[str, Any]] = []
-    for custom_id, p_u, p_g in rows:
+    for custom_id, p_u, p_g, _total in rows:
         out.append(
             claim_rules.Flip(
                 str(custom_id),
@@ -221,7 +217,7 @@ def first_flips(
                 claim_rules.verdict(float(p_g), smin, cmax),
             ).as_dict()
         )
-    return out
+    return total, out
 
 
 def _matches(show: str, smin: float, cmax: float) -> ColumnElement[bool]:
@@ -303,13 +299,12 @@ def claim_page(
             ids.append(custom_id)
     more = len(ids) > limit
     shown = ids[:limit]
-    records = claim_results_of(session, job, shown)
-    next_after: int | None = None
-    if more and shown:
-        next_after = int(
-            session.scalar(
-                select(func.max(Item.position)).where(Item.job_id == job.id, Item.custom_id.in_(shown))
-            )
-            or 0
-        )
-    return ClaimPage(records=records, next_after=next_after)
+    records, last = claim_results_of(session, job, shown)
+    return ClaimPage(records=records, next_after=last if more else None)
+
+
+def calibration_sums(session: Session, job_id: uuid.UUID) -> dict[str, dict[str, list[float]]]:
+    """Per mode, per calibration bin: [count, true count, sum of p] of the labelled, answered claims. Stored
+    in the summary when the job ends (jobs/finalize.py), so the report page reads it instead of counting."""
+    counts = score_counts(session, job_id, 1.0, 0.0)  # the bins do not depend on the cutoffs
+    return {mode: {str(b): sums for b, sums in sorted(c.bins.items())} for mode, c in counts.items()}

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from jobs.claims import claims_summary
+from jobs.claims_report import calibration_sums
 from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
@@ -31,7 +32,10 @@ ENDED = ("completed", "cancelled", "failed")
 def build_summary(session: Session, job: Job) -> dict[str, Any]:
     """The kind-specific report totals."""
     if job.kind == "claims":
-        return claims_summary(session, job)
+        summary = claims_summary(session, job)
+        # The report's calibration bins, so its page reads them instead of counting every item per view.
+        summary["calibration"] = calibration_sums(session, job.id)
+        return summary
     if job.kind in FLOW_KINDS:
         return questions_summary(session, job)
     return {"kind": job.kind}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from models import ApiCall, Item, Job
 
@@ -36,9 +36,13 @@ def list_jobs(
     limit: int = 50,
     kind: str | None = None,
     status: str | None = None,
+    with_summary: bool = True,
 ) -> list[Job]:
-    """The tenant's newest jobs first."""
+    """The tenant's newest jobs first. Without `with_summary` the (possibly large) stored report summary is
+    not loaded: the jobs page shows counts, cost and times, never the summary."""
     stmt = select(Job).where(Job.tenant_id == tenant_id)
+    if not with_summary:
+        stmt = stmt.options(defer(Job.summary, raiseload=True))
     if kind:
         stmt = stmt.where(Job.kind == kind)
     if status:

@@ -175,7 +175,10 @@ def jobs() -> str:
     kind = kind if kind in JOB_KINDS else None
     status = status if status in JOB_STATUSES else None
     sess = db_session()
-    rows = job_views(sess, list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status))
+    rows = job_views(
+        sess,
+        list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status, with_summary=False),
+    )
     return render_template(
         "jobs.html", jobs=rows, kind=kind, status=status, kinds=JOB_KINDS, statuses=JOB_STATUSES
     )

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from checks import claims as claim_rules
 from checks.options import OptionsError, check_cutoffs
 from jobs.claims import claims_summary, iter_claim_results
-from jobs.claims_report import ModeCounts, claim_page, first_flips, flip_count, matching_claims, score_counts
+from jobs.claims_report import ModeCounts, claim_page, flips_at, matching_claims, score_counts
 from models import Job
 from web.charts import DEFAULT_BINS, ReliabilityBin, reliability_svg
 
@@ -301,6 +301,16 @@ def _calibration_bins(counts: ModeCounts | None) -> list[ReliabilityBin]:
     return out
 
 
+def _stored_bins(raw: object) -> ModeCounts:
+    """The calibration sums stored in a summary ({"<bin>": [count, true count, sum of p]}) as ModeCounts."""
+    out = ModeCounts()
+    if isinstance(raw, dict):
+        for key, sums in raw.items():
+            if isinstance(sums, list) and len(sums) == 3 and str(key).isdigit():
+                out.bins[int(key)] = [float(v) for v in sums]
+    return out
+
+
 def _replayed_summary(
     session: Session, job: Job, counts: dict[str, ModeCounts], explorer: Explorer
 ) -> dict[str, Any]:
@@ -309,7 +319,10 @@ def _replayed_summary(
     stored: dict[str, Any] = job.summary or {}
     modes = _modes(job)
     smin, cmax = explorer.supported_min, explorer.contradicted_max
-    flips_total = flip_count(session, job.id, smin, cmax) if len(modes) == 2 else None
+    flips_total: int | None = None
+    flips: list[dict[str, Any]] = []
+    if len(modes) == 2:
+        flips_total, flips = flips_at(session, job.id, smin, cmax, FLIPS_SHOWN)
     cards: dict[str, Any] = {}
     for mode in modes:
         card = dict((stored.get("scorecards") or {}).get(mode) or {})
@@ -320,7 +333,7 @@ def _replayed_summary(
         **stored,
         "cutoffs": {"supported_min": smin, "contradicted_max": cmax},
         "scorecards": cards,
-        "flips": first_flips(session, job.id, smin, cmax, FLIPS_SHOWN) if flips_total else [],
+        "flips": flips,
         "flips_total": flips_total or 0,
     }
 
@@ -333,15 +346,22 @@ def claims_report(
     modes = _modes(job)
     explorer = explorer_from_args(job, args)
     smin, cmax = explorer.supported_min, explorer.contradicted_max
-    counts = score_counts(session, job.id, smin, cmax)
+    stored: dict[str, Any] = job.summary or {}
+    stored_cards = bool(stored.get("scorecards"))
+    # The common view (the job's own cutoffs, a summary stored with its calibration) counts nothing: every
+    # figure was stored when the job ended. Other cutoffs, or an older summary, take one grouped count.
+    counts: dict[str, ModeCounts] | None = None
+    if explorer.replayed or not stored_cards or not isinstance(stored.get("calibration"), dict):
+        counts = score_counts(session, job.id, smin, cmax)
 
     summary: dict[str, Any] = {}
     summary_error: str | None = None
-    stored_cards = bool(job.summary and job.summary.get("scorecards"))
-    if stored_cards and not explorer.replayed:
-        summary = job.summary or {}
-    elif stored_cards:
+    if stored_cards and counts is None:
+        summary = stored
+    elif stored_cards and explorer.replayed and counts is not None:
         summary = _replayed_summary(session, job, counts, explorer)
+    elif stored_cards:
+        summary = stored
     else:  # a job whose summary was never stored (finalizing failed): score it the long way, once per view
         try:
             summary = claims_summary(session, job, supported_min=smin, contradicted_max=cmax)
@@ -355,9 +375,14 @@ def claims_report(
         show = "all"
     page = _int_arg(args.get("page"), 1, 1)
     after = _int_arg(args.get("after"), -1, -1)
-    total = max((c.n for c in counts.values()), default=0)
-
-    calibration = [(m, _calibration_bins(counts.get(m))) for m in modes]
+    if counts is not None:
+        total = max((c.n for c in counts.values()), default=0)
+        calibration = [(m, _calibration_bins(counts.get(m))) for m in modes]
+    else:
+        cards = stored.get("scorecards") or {}
+        total = max((int((cards.get(m) or {}).get("n") or 0) for m in modes), default=0)
+        sums = stored.get("calibration") or {}
+        calibration = [(m, _calibration_bins(_stored_bins(sums.get(m)))) for m in modes]
     labelled_points = sum(b.count for _m, bins in calibration for b in bins)
     svg = reliability_svg(
         calibration,
