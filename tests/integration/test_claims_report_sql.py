@@ -4,6 +4,7 @@
   checks.claims.flips for random probabilities, labels, failures and cutoffs (hypothesis), including
   probabilities exactly on a cutoff;
 - keyset pages (claim_page) walk every claim matching each filter once, in input order, none missing;
+- keyset pages of an answer job's questions (jobs.queries.question_page) walk every question once;
 - the counts a list shows (jobs.progress.jobs_counts) equal a count of the items while jobs run and after
   they end, when they are read from the job row.
 """
@@ -24,7 +25,9 @@ from checks.pricing import DEFAULT_MODEL
 from jobs.claims import iter_claim_results
 from jobs.claims_report import calibration_sums, claim_page, flips_at, matching_claims, score_counts
 from jobs.finalize import maybe_finalize
+from jobs.flows import iter_question_reports
 from jobs.progress import job_counts, jobs_counts, request_counts
+from jobs.queries import parse_question_cursor, question_page
 from jobs.tenancy import get_or_create_tenant
 from models import Item, Job
 from web.charts import reliability_bins
@@ -245,3 +248,45 @@ def test_finalize_stores_the_calibration_the_page_reads(db: Session) -> None:
         "pending": 0,
         "running": 0,
     }
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, 50])
+def test_question_pages_walk_every_question_once_even_with_equal_positions(db: Session, limit: int) -> None:
+    tenant = get_or_create_tenant(db, f"t-{uuid.uuid4().hex[:10]}")
+    job = Job(tenant_id=tenant.id, kind="answer", status="completed", options={}, total_items=0)
+    db.add(job)
+    db.flush()
+    positions = [0, 1, 1, 2, 3, 3, 3, 4, 5, 6, 7]  # ties: only the item id orders them
+    questions = [
+        Item(
+            job_id=job.id,
+            stage="question",
+            position=pos,
+            custom_id=f"q{n:02d}",
+            input={"question": f"Question {n}?"},
+            output={"report": {"n": n}},
+            status="done",
+        )
+        for n, pos in enumerate(positions)
+    ]
+    db.add_all(questions)
+    db.flush()
+    # A child item is never a question of its own.
+    db.add(Item(job_id=job.id, stage="sentence", position=0, custom_id="q00", mode="s1", input={},
+                parent_id=questions[0].id, status="done"))  # fmt: skip
+    db.flush()
+    expected = [e["custom_id"] for e in iter_question_reports(db, job)]
+    assert len(expected) == len(positions)
+    seen: list[str] = []
+    cursor: tuple[int, int] | None = None
+    while True:
+        page = question_page(db, job, after=cursor, limit=limit)
+        assert len(page.entries) <= limit
+        seen += [e["custom_id"] for e in page.entries]
+        if page.next_after is None:
+            break
+        cursor = parse_question_cursor(page.next_after)
+        assert cursor is not None
+    assert seen == expected
+    assert page.entries == list(iter_question_reports(db, job))[len(expected) - len(page.entries) :]
+    assert parse_question_cursor("junk") is None and parse_question_cursor("3:x") is None
