@@ -101,12 +101,16 @@ def build(db_url: str, claims: int, jobs: int) -> tuple[str, str, uuid.UUID]:
         small: list[uuid.UUID] = []
         live: list[uuid.UUID] = []
         with engine.begin() as conn:
-            conn.execute(text(JOB_SQL), {"id": big, "tenant": tenant, "options": OPTIONS, "n": 2 * claims, "age": 0})
+            conn.execute(
+                text(JOB_SQL), {"id": big, "tenant": tenant, "options": OPTIONS, "n": 2 * claims, "age": 0}
+            )
             conn.execute(text(ITEMS_SQL), {"job": big, "n": 2 * claims})
             conn.execute(text(CALLS_SQL), {"job": big, "tenant": tenant})
             for i in range(jobs - 1):
                 jid = uuid.uuid4()
-                conn.execute(text(JOB_SQL), {"id": jid, "tenant": tenant, "options": OPTIONS, "n": 20, "age": 60 + i})
+                conn.execute(
+                    text(JOB_SQL), {"id": jid, "tenant": tenant, "options": OPTIONS, "n": 20, "age": 60 + i}
+                )
                 conn.execute(text(ITEMS_SQL), {"job": jid, "n": 20})
                 conn.execute(text(CALLS_SQL), {"job": jid, "tenant": tenant})
                 (live if i % 50 == 0 else small).append(jid)
@@ -203,7 +207,9 @@ def main() -> None:
         f"pages: {2 * args.claims:,}-item completed claims job ({args.claims:,} claims × 2 modes) and "
         f"{args.jobs} jobs; data built in {t_build:.0f} s"
     )
-    print(f"server stack: gunicorn (1 worker, gthread × 4), Postgres, Redis; median of {args.samples} requests")
+    print(
+        f"server stack: gunicorn (1 worker, gthread × 4), Postgres, Redis; median of {args.samples} requests"
+    )
     for name, ms in results:
         print(f"  {name:<36} {ms:7.1f} ms   ratio to goal ({GOAL_MS:.0f} ms) {ms / GOAL_MS:.2f}")
 
