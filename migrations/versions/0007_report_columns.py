@@ -80,16 +80,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    sqlite = op.get_bind().dialect.name == "sqlite"
     op.drop_index("ix_items_claim_scores", table_name="items")
-    if sqlite:
-        # SQLite drops a column only by rebuilding the table; batch mode does that.
-        with op.batch_alter_table("items", schema=None) as batch_op:
-            batch_op.drop_column("claim_label")
-            batch_op.drop_column("claim_p")
-        with op.batch_alter_table("jobs", schema=None) as batch_op:
-            batch_op.drop_column("request_counts")
-        return
-    op.drop_column("items", "claim_label")
-    op.drop_column("items", "claim_p")
-    op.drop_column("jobs", "request_counts")
+    # Plain ALTER TABLE … DROP COLUMN on both backends (SQLite ≥ 3.35 has it). Not batch mode on SQLite: it
+    # rebuilds the table, and dropping the old `jobs` table with foreign keys on cascades to every item.
+    for table, column in (("items", "claim_label"), ("items", "claim_p"), ("jobs", "request_counts")):
+        op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
