@@ -37,18 +37,18 @@ def _seed(engine: Engine) -> None:
         )
         conn.execute(
             text(
-                "INSERT INTO jobs (id, tenant_id, kind, status, options, metadata, total_items, warnings, "
-                "simulated, priority, created_at) VALUES (:id, :t, 'claims', 'completed', '{}', '{}', 7, '[]', "
-                "false, 'batch', CURRENT_TIMESTAMP)"
+                "INSERT INTO jobs (id, tenant_id, kind, status, options, metadata, total_items, "
+                "warnings, simulated, priority, created_at) VALUES (:id, :t, 'claims', 'completed', '{}', "
+                "'{}', 7, '[]', false, 'batch', CURRENT_TIMESTAMP)"
             ),
             {"id": job, "t": tenant},
         )
         for pos, (cid, stage, status, output, input_, _p, _l) in enumerate(ITEMS):
             conn.execute(
                 text(
-                    "INSERT INTO items (job_id, stage, endpoint, position, custom_id, mode, input, output, status, "
-                    "attempts, tries) VALUES (:j, :stage, 'decisions', :pos, :cid, 'grounded', :input, :output, "
-                    ":status, 1, 1)"
+                    "INSERT INTO items (job_id, stage, endpoint, position, custom_id, mode, input, output, "
+                    "status, attempts, tries) VALUES (:j, :stage, 'decisions', :pos, :cid, 'grounded', "
+                    ":input, :output, :status, 1, 1)"
                 ),
                 {
                     "j": job,
