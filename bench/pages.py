@@ -18,6 +18,7 @@ median of --samples requests after two warm-ups, with its ratio to the 300 ms go
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -191,6 +192,7 @@ def main() -> None:
                 expect = f"claim-{(args.page - 1) * PAGE_SIZE:06d}"
                 if expect not in shown:
                     raise RuntimeError(f"page {args.page} does not start at {expect}")
+                load_before = os.getloadavg()[0]
                 results = [
                     ("job page (100 claims of 50,000)", median_ms(client, f"{web}/jobs/{job_id}", args.samples)),
                     (f"job page {args.page} (keyset link)", median_ms(client, page_n, args.samples)),
@@ -201,6 +203,7 @@ def main() -> None:
                     ("API GET /v1/jobs?limit=500", median_ms(
                         client, f"{web}/v1/jobs?limit=500", args.samples, api)),
                 ]  # fmt: skip
+                load_after = os.getloadavg()[0]
         finally:
             procs.stop()
     print(
@@ -210,6 +213,8 @@ def main() -> None:
     print(
         f"server stack: gunicorn (1 worker, gthread × 4), Postgres, Redis; median of {args.samples} requests"
     )
+    # The machine is shared: its load average says how much the figures were disturbed (2 cores here).
+    print(f"load average (1 min) before / after the timed requests: {load_before:.1f} / {load_after:.1f}")
     for name, ms in results:
         print(f"  {name:<36} {ms:7.1f} ms   ratio to goal ({GOAL_MS:.0f} ms) {ms / GOAL_MS:.2f}")
 
