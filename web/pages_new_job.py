@@ -33,6 +33,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN
 from checks.csv_rows import CsvError, csv_ndjson_lines
 from checks.fairness import PRIORITIES
+from checks.ndjson import MAX_ERRORS_KEPT
 from checks.options import CLAIMS_MODES, CLAIMS_OPTION_NAMES, QUESTIONS_OPTION_NAMES
 from config import Settings
 from jobs.intake import create_job
@@ -132,7 +133,7 @@ def _prepare(upload: Upload, cfg: Settings) -> PreparedJob:
         try:
             return prepare_ndjson(args, csv_ndjson_lines(lines, upload.kind), cfg)
         except CsvError as exc:
-            raise invalid(f"nothing was stored: {exc}", field=exc.field, line=exc.line) from None
+            raise invalid(str(exc), field=exc.field, line=exc.line) from None
     return prepare_ndjson(args, lines, cfg)
 
 
@@ -175,12 +176,17 @@ class FormState:
 
 @dataclass(frozen=True)
 class FormError:
-    """The error summary: the message, the id of the control it is about (for the link and the field's
-    own message), and up to `MAX_DETAILS` further problems."""
+    """The error summary: each problem (the first `MAX_DETAILS`), a note of how many more, and the id of
+    the control they are about (for the summary's links and the field's own message)."""
 
-    message: str
+    problems: list[str]
     target: str | None
-    details: list[str]
+    more: str = ""
+
+    @property
+    def message(self) -> str:
+        """What the control itself says: the first problem."""
+        return self.problems[0]
 
 
 MAX_DETAILS = 10
@@ -254,8 +260,14 @@ def _target(exc: ApiError, source: str) -> str:
 
 
 def _form_error(exc: ApiError, source: str) -> FormError:
-    details = [str(e.get("message")) for e in (exc.errors or [])[1 : MAX_DETAILS + 1] if e.get("message")]
-    return FormError(exc.message, _target(exc, source), details)
+    """Every problem the intake listed (row errors: one per line and field), else its one message."""
+    problems = [str(e["message"]) for e in (exc.errors or []) if e.get("message")] or [exc.message]
+    more = ""
+    if len(problems) > MAX_DETAILS:
+        extra = len(problems) - MAX_DETAILS
+        # Intake keeps the first MAX_ERRORS_KEPT problems and counts the rest in its message.
+        more = f"and {'at least ' if len(problems) >= MAX_ERRORS_KEPT else ''}{extra:,} more"
+    return FormError(problems[:MAX_DETAILS], _target(exc, source), more)
 
 
 def _render(state: FormState, error: FormError | None, status: int) -> tuple[str, int]:
@@ -286,7 +298,7 @@ def new_job() -> BaseResponse | tuple[str, int]:
     except QuotaExceeded as exc:
         db_session().rollback()
         status = 413 if exc.quota == "max_items_per_job" else 429
-        return _render(state, FormError(f"Not submitted: {exc.message}.", None, []), status)
+        return _render(state, FormError([exc.message], None), status)
     noun = "item" if job.total_items == 1 else "items"
     flash(f"Job submitted: {job.total_items:,} {noun}. This page follows its progress.", "info")
     return redirect(url_for("pages.job_page", job_id=str(job.id)), code=303)

@@ -202,6 +202,16 @@ def test_a_bad_file_reshows_the_form_naming_line_and_field(
     assert filename in page  # "choose the file again"
 
 
+def test_many_bad_rows_list_the_first_ten_and_count_the_rest(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    content = b"id,claim\n" + b"".join(b"r%d,\n" % n for n in range(15))
+    page = refused(web, post_form(web.client, csrf, file=(content, "many.csv")))
+    assert page.count('<li><a href="#file">line ') == 10
+    assert 'line 2: field "claim": must not be empty' in page
+    assert 'line 11: field "claim"' in page and 'line 12: field "claim"' not in page
+    assert "<li>and 5 more</li>" in page
+
+
 def test_a_bad_option_points_at_its_field(web: WebEnv, caller: Caller) -> None:
     csrf = signed_in(web, caller)
     before = web.table_counts()
@@ -249,7 +259,8 @@ def test_quota_refusals_are_shown_on_the_form(web: WebEnv, caller: Caller) -> No
         set_tenant(s, caller.tenant_name, max_items_per_job=1)
     before = web.table_counts()
     page = refused(web, post_form(web.client, csrf, file=(CLAIMS_NDJSON, "c.ndjson"), mode="ungrounded"), 413)
-    assert "Not submitted:" in page and "max" in page.lower() and 'id="error-summary"' in page
+    assert "Not submitted, nothing was stored" in page and 'id="error-summary"' in page
+    assert "the job has 2 items (rows × modes), the limit is 1 per job" in page
     assert '<option value="ungrounded" selected>' in page
     with session_scope(web.sessions) as s:
         set_tenant(s, caller.tenant_name, max_items_per_job=None, max_active_jobs=1)

@@ -1,7 +1,8 @@
 /* The new-job page, progressively enhanced. Without script every option group is shown, each labelled
    with the kinds it applies to, and the server ignores the groups the chosen kind does not take. With
    it: only the selected kind's groups are shown (the others are also disabled, so they are not sent),
-   an error summary takes the focus when the form comes back with a problem, and the submit button is
+   an error summary takes the focus when the form comes back with a problem and its links move the
+   focus to the control they name, and the submit button is
    disabled once pressed so a double click does not submit the batch twice. A static file: the
    Content-Security-Policy allows no inline script. */
 (function () {
@@ -31,6 +32,17 @@
   var summary = document.getElementById("error-summary");
   if (summary) {
     summary.focus();
+    // Following a link of the summary puts the keyboard on the control it names (a fragment link
+    // alone only scrolls there).
+    summary.addEventListener("click", function (event) {
+      var link = event.target.closest ? event.target.closest("a[href^='#']") : null;
+      var target = link ? document.getElementById(link.getAttribute("href").slice(1)) : null;
+      if (target) {
+        event.preventDefault();
+        target.focus();
+        target.scrollIntoView({ block: "center" });
+      }
+    });
   }
 
   var button = document.getElementById("submit-job");
