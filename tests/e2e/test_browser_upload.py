@@ -101,6 +101,7 @@ def test_upload_ndjson_and_follow_it_to_completed(embedded: tuple[Flask, str]) -
         assert page.locator("#claims tbody tr").count() == len(ROWS)
         page.goto(f"{base}/jobs")
         assert "Two claims from the browser" in page.inner_text("table")
+        save_screenshot(page, "jobs-list-after-upload", full_page=False)
         assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []
 
 
