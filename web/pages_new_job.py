@@ -240,7 +240,7 @@ def _upload(state: FormState) -> tuple[Upload, str]:
     options = {k: v for k, v in state.options.items() if k in KIND_OPTIONS.get(state.kind, frozenset())}
     metadata: dict[str, Any] = {"name": state.name} if state.name else {}
     if chosen is not None and chosen.filename:
-        state.filename = chosen.filename
+        state.filename = chosen.filename[:MAX_NAME_CHARS]
         stream: IO[bytes] = chosen.stream
         return Upload(state.kind, options, stream, _file_format(chosen), metadata), "file"
     if state.paste.strip():

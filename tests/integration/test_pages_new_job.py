@@ -165,6 +165,29 @@ def test_pasted_rows_are_used_when_no_file_is_chosen(web: WebEnv, caller: Caller
     assert [i.custom_id for i in web.items(created_job(web, resp))] == ["n1", "n2"]
 
 
+def test_a_file_of_unknown_type_is_read_by_its_first_character(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    job_id = created_job(web, post_form(web.client, csrf, file=(CLAIMS_NDJSON, "rows.txt")))
+    assert [i.custom_id for i in web.items(job_id)] == ["n1", "n2"]
+    job_id = created_job(web, post_form(web.client, csrf, file=(CLAIMS_CSV, "export")))
+    assert [i.custom_id for i in web.items(job_id)] == ["c1", "c2"]
+
+
+def test_what_the_user_typed_is_escaped_when_the_form_comes_back(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    payload = "</textarea><script>alert(1)</script>"
+    resp = post_form(
+        web.client, csrf, file=(b"id,claim\na,\n", f"{payload}.csv"), name=payload, budget_usd=payload
+    )
+    assert resp.status_code == 400
+    raw = resp.get_data(as_text=True)
+    assert "<script>alert(1)" not in raw and "&lt;script&gt;alert(1)&lt;/script&gt;" in raw
+    resp = post_form(web.client, csrf, paste=payload)
+    raw = resp.get_data(as_text=True)
+    assert resp.status_code == 400 and "<script>alert(1)" not in raw
+    assert "&lt;/textarea&gt;&lt;script&gt;" in raw
+
+
 def refused(web: WebEnv, resp: Any, status: int = 400) -> str:
     assert resp.status_code == status, resp.get_data(as_text=True)[:800]
     assert web.started_job_ids() == []
