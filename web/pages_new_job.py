@@ -48,7 +48,6 @@ from workers.api import enqueue_start
 
 log = logging.getLogger("factgate.web")
 
-FORMATS = ("ndjson", "json", "csv")
 EXTENSIONS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".jsonlines": "ndjson", ".json": "json", ".csv": "csv"}
 MIMETYPES = {
     "application/x-ndjson": "ndjson",
@@ -81,7 +80,7 @@ class Upload:
     kind: str
     options: dict[str, str]
     stream: Readable
-    fmt: str  # one of FORMATS
+    fmt: str  # "ndjson", "json" or "csv"
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -118,12 +117,17 @@ def submit_upload(upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
 def _prepare(upload: Upload, cfg: Settings) -> PreparedJob:
     """The API's intake functions on the uploaded rows (JSON whole, NDJSON and CSV line by line)."""
     if upload.fmt == "json":
-        document = read_json_body(
-            min(cfg.max_body_bytes, cfg.max_json_body_bytes),
-            loads=loads_strict,
-            stream=upload.stream,
-            hint="; upload large batches as NDJSON or CSV, which are read line by line",
-        )
+        try:
+            document = read_json_body(
+                min(cfg.max_body_bytes, cfg.max_json_body_bytes),
+                loads=loads_strict,
+                stream=upload.stream,
+                hint="; upload large batches as NDJSON or CSV, which are read line by line",
+            )
+        except ApiError as exc:
+            # The reader's own messages speak of the request body; here the body is the file.
+            exc.message = exc.message.replace("request body", "the JSON file", 1)
+            raise
         return prepare_json(_json_body(upload, document), cfg)
     args = {"kind": upload.kind, **upload.options}
     if upload.metadata:
@@ -279,7 +283,6 @@ def _render(state: FormState, error: FormError | None, status: int) -> tuple[str
         modes=CLAIMS_MODES,
         priorities=PRIORITIES,
         defaults=DEFAULTS,
-        formats=FORMATS,
     ), status
 
 

@@ -202,6 +202,7 @@ def refused(web: WebEnv, resp: Any, status: int = 400) -> str:
         (b"id,claim\na,fine\nb,x,extra\n", "bad.csv", "line 3: has 3 fields; the header has 2"),
         (b"id,text\n", "bad.csv", 'line 1: unknown column "text"'),
         (b'[{"id": "a", "claim": "fine"}, {"id": "b"}]', "bad.json", "items[1].claim: is required"),
+        (b'[{"id": "a",\n "claim": "x"},\n]', "bad.json", "the JSON file is not valid JSON: Expecting value"),
     ],
 )
 def test_a_bad_file_reshows_the_form_naming_line_and_field(
