@@ -193,6 +193,13 @@ def test_without_script_every_group_is_shown_and_the_form_works(embedded: tuple[
         page.select_option("#kind", "quote")
         expect(page.locator("#claims-options")).to_be_visible()
         assert "claims jobs only" in page.inner_text("#claims-options legend")
+        # A refused file: the summary (autofocus) has the focus without script too.
+        page.set_input_files("#file", file_payload("questions.csv", "text/csv", b"id,question\nq1,\n"))
+        page.click("#submit-job")
+        page.wait_for_selector("#error-summary")
+        assert 'line 2: field "question"' in page.inner_text("#error-summary")
+        assert page.evaluate("document.activeElement.id") == "error-summary"
+        assert page.input_value("#kind") == "quote"
         page.set_input_files("#file", file_payload("questions.csv", "text/csv", questions))
         page.click("#submit-job")
         page.wait_for_url(JOB_URL)

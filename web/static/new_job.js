@@ -31,7 +31,7 @@
 
   var summary = document.getElementById("error-summary");
   if (summary) {
-    summary.focus();
+    summary.focus(); // it has autofocus too (for browsers without script); this covers older ones
     // Following a link of the summary puts the keyboard on the control it names (a fragment link
     // alone only scrolls there).
     summary.addEventListener("click", function (event) {
