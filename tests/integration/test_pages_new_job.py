@@ -154,6 +154,21 @@ def test_json_file_and_question_kinds(web: WebEnv, caller: Caller) -> None:
     assert "mode" not in job.options
 
 
+def test_a_json_object_file_brings_items_and_metadata_but_not_kind(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    body = {
+        "items": [{"id": "o1", "claim": "Rust 1.0 was released in May 2015."}],
+        "metadata": {"team": "qa"},
+    }
+    job = web.job(created_job(web, post_form(web.client, csrf, file=(json.dumps(body).encode(), "b.json"))))
+    assert (job.total_items, job.meta) == (1, {"team": "qa"})
+    before = web.table_counts()
+    body = {"kind": "quote", "items": []}
+    page = refused(web, post_form(web.client, csrf, file=(json.dumps(body).encode(), "b.json")))
+    assert "the JSON file has a field 'kind': it holds the rows" in page
+    assert web.table_counts() == before
+
+
 def test_pasted_rows_are_used_when_no_file_is_chosen(web: WebEnv, caller: Caller) -> None:
     csrf = signed_in(web, caller)
     # An empty file part is what a browser sends when no file is chosen.
