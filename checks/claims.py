@@ -50,6 +50,7 @@ __all__ = [
     "RowError",
     "Scorecard",
     "Verdict",
+    "acceptance_bounds",
     "claim_outside_query",
     "flips",
     "modes_for",
@@ -476,6 +477,28 @@ def _check_outcome(o: Outcome) -> None:
             raise ValueError(f"outcome {o.id!r}: {name} must be finite and 0 or more, got {value!r}")
 
 
+Bounds = tuple[bool | None, bool | None, bool | None, bool | None]
+
+
+def acceptance_bounds(
+    *,
+    labelled: int,
+    labelled_errors: int,
+    missed_failures: int,
+    false_contradictions: int,
+    labelled_review: int,
+) -> Bounds:
+    """(missed_failures_ok, false_contradictions_ok, review_ok, acceptance) from a mode's labelled counts; all
+    None without a labelled claim. Shared by `scorecard` and the report's replay of stored probabilities
+    (jobs/claims_report.py), which counts in SQL and must judge exactly the same way."""
+    if labelled <= 0:
+        return None, None, None, None
+    missed_ok = missed_failures <= MAX_MISSED_FAILURES
+    false_ok = false_contradictions <= _FALSE_CONTRADICTION_RATE * labelled
+    review_ok = labelled_review <= _REVIEW_RATE * labelled
+    return missed_ok, false_ok, review_ok, missed_ok and false_ok and review_ok and labelled_errors == 0
+
+
 def scorecard(
     outcomes: Sequence[Outcome],
     *,
@@ -567,12 +590,13 @@ def scorecard(
                 flip_count += 1
 
     has_labels = labelled > 0
-    missed_ok = false_ok = review_ok = acceptance = None
-    if has_labels:
-        missed_ok = missed <= MAX_MISSED_FAILURES
-        false_ok = false_contra <= _FALSE_CONTRADICTION_RATE * labelled
-        review_ok = labelled_review <= _REVIEW_RATE * labelled
-        acceptance = missed_ok and false_ok and review_ok and labelled_errors == 0
+    missed_ok, false_ok, review_ok, acceptance = acceptance_bounds(
+        labelled=labelled,
+        labelled_errors=labelled_errors,
+        missed_failures=missed,
+        false_contradictions=false_contra,
+        labelled_review=labelled_review,
+    )
     grounded_attempts = attempts if mode == "grounded" else 0
     mean_tokens = tokens / n
     return Scorecard(

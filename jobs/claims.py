@@ -7,7 +7,7 @@ query is computed here, before anything is sent, and stored on the item (docs/sp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -152,12 +152,15 @@ def claims_summary(
     }
 
 
+_RESULT_COLUMNS = (Item.position, Item.custom_id, Item.mode, Item.input, Item.output, Item.status, Item.error)
+
+
 def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
     """One result per claim (all modes merged), in input order, streamed in constant memory."""
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
     rows = session.execute(
-        select(Item.position, Item.custom_id, Item.mode, Item.input, Item.output, Item.status, Item.error)
+        select(*_RESULT_COLUMNS)
         .where(Item.job_id == job.id)
         .order_by(Item.position)  # a claim's modes have consecutive positions
         .execution_options(yield_per=2_000)
@@ -165,34 +168,58 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
     # Closed explicitly: a client that stops reading closes this generator mid-way, and a server-side
     # cursor dropped without close() leaks until the connection is reset.
     try:
-        current: dict[str, Any] | None = None
-        for _pos, custom_id, mode, input_, output, status, error in rows:
-            if current is None or current["custom_id"] != custom_id:
-                if current is not None:
-                    yield current
-                current = {
-                    "custom_id": custom_id,
-                    "claim": input_.get("claim"),
-                    "label": input_.get("label"),
-                    "results": {},
-                }
-            o = output or {}
-            p = o.get("p")
-            usage = item_usage_of(output)
-            current["results"][mode] = {
-                "status": status,
-                "p": p,
-                "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
-                "request_id": o.get("request_id"),
-                "request_ids": o.get("request_ids", []),
-                "attempts": int(usage.get("attempts") or 0),
-                "input_tokens": o.get("input_tokens"),
-                "usage": usage,
-                "in_query": input_.get("in_query"),
-                "sources": o.get("sources", []),
-                "error": error if status != "done" else None,
-            }
-        if current is not None:
-            yield current
+        yield from merge_claim_rows(rows, smin, cmax)
     finally:
         rows.close()
+
+
+def claim_results_of(
+    session: Session, job: Job, custom_ids: Sequence[str]
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The results of these claims (as `iter_claim_results` gives them), in input order, and the highest
+    position among their items: one page of the report, read through the (job_id, custom_id, mode) index."""
+    if not custom_ids:
+        return [], None
+    smin = float(job.options.get("supported_min", 0.8))
+    cmax = float(job.options.get("contradicted_max", 0.2))
+    rows = session.execute(
+        select(*_RESULT_COLUMNS)
+        .where(Item.job_id == job.id, Item.custom_id.in_(list(custom_ids)))
+        .order_by(Item.position)
+    ).all()
+    last = max((int(r[0]) for r in rows), default=None)
+    return list(merge_claim_rows(rows, smin, cmax)), last
+
+
+def merge_claim_rows(rows: Iterable[Sequence[Any]], smin: float, cmax: float) -> Iterator[dict[str, Any]]:
+    """Item rows in position order → one record per claim with its modes' results (a claim's modes have
+    consecutive positions)."""
+    current: dict[str, Any] | None = None
+    for _pos, custom_id, mode, input_, output, status, error in rows:
+        if current is None or current["custom_id"] != custom_id:
+            if current is not None:
+                yield current
+            current = {
+                "custom_id": custom_id,
+                "claim": input_.get("claim"),
+                "label": input_.get("label"),
+                "results": {},
+            }
+        o = output or {}
+        p = o.get("p")
+        usage = item_usage_of(output)
+        current["results"][mode] = {
+            "status": status,
+            "p": p,
+            "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
+            "request_id": o.get("request_id"),
+            "request_ids": o.get("request_ids", []),
+            "attempts": int(usage.get("attempts") or 0),
+            "input_tokens": o.get("input_tokens"),
+            "usage": usage,
+            "in_query": input_.get("in_query"),
+            "sources": o.get("sources", []),
+            "error": error if status != "done" else None,
+        }
+    if current is not None:
+        yield current

@@ -1,5 +1,6 @@
 """Finalize a job once every item is terminal: summary, usage, final status. Idempotent.
 
+The item counts are stored on the job row with its final status (jobs.progress reads them back).
 Safe to call from every chord body and from the sweeper at once: the status moves with a
 conditional UPDATE, so exactly one caller builds the summary; the others see it moved and stop.
 This is the one place a job ends (completed, cancelled or failed), so it is also where the job's webhook
@@ -16,6 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from jobs.claims import claims_summary
+from jobs.claims_report import calibration_sums
 from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
@@ -30,7 +32,10 @@ ENDED = ("completed", "cancelled", "failed")
 def build_summary(session: Session, job: Job) -> dict[str, Any]:
     """The kind-specific report totals."""
     if job.kind == "claims":
-        return claims_summary(session, job)
+        summary = claims_summary(session, job)
+        # The report's calibration bins, so its page reads them instead of counting every item per view.
+        summary["calibration"] = calibration_sums(session, job.id)
+        return summary
     if job.kind in FLOW_KINDS:
         return questions_summary(session, job)
     return {"kind": job.kind}
@@ -91,6 +96,9 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
             "error": f"finalizing failed: {type(exc).__name__}: {exc}",
             "usage": usage_totals(session, job_id),
         }
+    # Every item is terminal and stays so while the job is ended (a retry reopens the job first), so these
+    # counts stay true: lists and status reads of the ended job use them instead of counting its items.
+    values["request_counts"] = counts.as_dict()
     session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)

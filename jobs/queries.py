@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session, defer
 
 from models import ApiCall, Item, Job
 
@@ -36,9 +36,13 @@ def list_jobs(
     limit: int = 50,
     kind: str | None = None,
     status: str | None = None,
+    with_summary: bool = True,
 ) -> list[Job]:
-    """The tenant's newest jobs first."""
+    """The tenant's newest jobs first. Without `with_summary` the (possibly large) stored report summary is
+    not loaded: the jobs page shows counts, cost and times, never the summary."""
     stmt = select(Job).where(Job.tenant_id == tenant_id)
+    if not with_summary:
+        stmt = stmt.options(defer(Job.summary, raiseload=True))
     if kind:
         stmt = stmt.where(Job.kind == kind)
     if status:
@@ -141,3 +145,46 @@ def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, An
             }
     finally:
         rows.close()  # a stream closed mid-way must not leave the server-side cursor open
+
+
+@dataclass(frozen=True)
+class QuestionPage:
+    """One page of an answer or quote job's questions (entries as jobs.flows.iter_question_reports gives
+    them) and the keyset cursor of the next page, "<position>:<item id>" of its last question, or None."""
+
+    entries: list[dict[str, Any]]
+    next_after: str | None
+
+
+def parse_question_cursor(raw: str | None) -> tuple[int, int] | None:
+    """`after=<position>:<item id>` from a page link, or None for the first page (and for junk)."""
+    pos, sep, item_id = (raw or "").partition(":")
+    if not sep or not pos.lstrip("-").isdigit() or not item_id.isdigit():
+        return None
+    return int(pos), int(item_id)
+
+
+def question_page(session: Session, job: Job, *, after: tuple[int, int] | None, limit: int) -> QuestionPage:
+    """The `limit` questions after the cursor, in input order: keyset on (position, id) through the
+    (job_id, position) index, so page N reads what page 1 reads, never the reports before it."""
+    stmt = select(
+        Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"], Item.position
+    ).where(Item.job_id == job.id, Item.parent_id.is_(None))
+    if after is not None:
+        stmt = stmt.where(tuple_(Item.position, Item.id) > tuple_(after[0], after[1]))
+    rows = session.execute(stmt.order_by(Item.position, Item.id).limit(limit + 1)).all()
+    entries = [
+        {
+            "custom_id": cid,
+            "question": (input_ or {}).get("question"),
+            "item_id": int(item_id),
+            "status": status,
+            "report": report,
+        }
+        for item_id, cid, input_, status, report, _pos in rows[:limit]
+    ]
+    next_after = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        next_after = f"{int(last[5])}:{int(last[0])}"
+    return QuestionPage(entries=entries, next_after=next_after)

@@ -40,7 +40,7 @@ from web.fingerprint import SubmissionFingerprint
 from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings
-from web.status import status_object
+from web.status import status_object, status_objects
 from workers.api import enqueue_start
 
 log = logging.getLogger("factgate.web")
@@ -257,7 +257,7 @@ def list_jobs_view() -> Response:
     status = _choice_param("status", JOB_STATUSES)
     session = db_session()
     jobs = list_jobs(session, current_tenant().id, limit=limit, kind=kind, status=status)
-    return _json({"object": "list", "data": [status_object(session, j) for j in jobs]})
+    return _json({"object": "list", "data": status_objects(session, jobs)})
 
 
 @api.get("/jobs/<job_id>", endpoint="get_job")

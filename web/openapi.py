@@ -363,7 +363,8 @@ SCHEMAS: dict[str, Any] = {
             "error": {"type": ["string", "null"]},
             "summary": {
                 "type": ["object", "null"],
-                "description": "Report totals, written when the job ends. claims: the scorecard per mode; "
+                "description": "Report totals, written when the job ends. claims: the scorecard per mode, "
+                "the flips between modes and the calibration bins; "
                 "answer/quote: question outcomes and totals (sentences, investigations, replacements, "
                 "requests, tokens / quotes and no-answers).",
             },

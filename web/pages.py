@@ -43,7 +43,7 @@ from web import page_session
 from web.auth import current_tenant
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
-from web.pages_jobs import job_view, progress_payload
+from web.pages_jobs import job_view, job_views, progress_payload
 from web.pages_new_job import new_job
 from web.pages_reports import report_context
 from web.pages_usage import usage_page
@@ -176,10 +176,10 @@ def jobs() -> str:
     kind = kind if kind in JOB_KINDS else None
     status = status if status in JOB_STATUSES else None
     sess = db_session()
-    rows = [
-        job_view(sess, j)
-        for j in list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status)
-    ]
+    rows = job_views(
+        sess,
+        list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status, with_summary=False),
+    )
     return render_template(
         "jobs.html", jobs=rows, kind=kind, status=status, kinds=JOB_KINDS, statuses=JOB_STATUSES
     )

@@ -391,8 +391,31 @@ def test_claims_table_filters_and_pages(web: WebEnv, caller: Caller) -> None:
     assert ">t1<" not in flips and ">t4<" not in flips
     wrong = html(web.client.get(f"/jobs/{job_id}?show=wrong"))
     assert ">t2<" in wrong and ">t1<" not in wrong
-    beyond = html(web.client.get(f"/jobs/{job_id}?page=9"))
+    beyond = html(web.client.get(f"/jobs/{job_id}?after=1000000"))
     assert "No claims match this filter." in beyond
+
+
+def claims_table(page: str) -> str:
+    """The claims panel of a report page (the flips panel above it lists claims too)."""
+    return page[page.index('id="claims"') :]
+
+
+def test_claims_table_next_link_walks_the_pages_by_keyset(
+    web: WebEnv, caller: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("web.pages_reports.PAGE_SIZE", 3)
+    job_id = finished_job(web, caller, "both", BOTH)
+    sign_in(web.client, caller)
+    first = claims_table(html(web.client.get(f"/jobs/{job_id}?supported_min=0.9")))
+    assert ">t1<" in first and ">t3<" in first and ">t4<" not in first
+    assert "Page 1 of 2" in first and "First page" not in first
+    link = re.search(r'href="([^"]+)" rel="next"', first)
+    assert link is not None
+    href = link.group(1).replace("&amp;", "&")
+    assert "after=5" in href and "supported_min=0.9" in href  # the last position of t3, the cutoffs kept
+    second = claims_table(html(web.client.get(href)))
+    assert ">t4<" in second and ">t1<" not in second and ">t3<" not in second
+    assert "Page 2 of 2" in second and "First page" in second and 'rel="next"' not in second
 
 
 def test_failed_items_show_errors_and_retry_form(web: WebEnv, caller: Caller) -> None:
