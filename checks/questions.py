@@ -8,10 +8,19 @@ line (NDJSON) or item (JSON array) and a batch with any bad row stores nothing. 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from checks.claims import ClaimsValidationError
-from checks.ndjson import MAX_ERRORS_KEPT, UNPRINTABLE_ID, RowCollector, Unit, feed_ndjson, show_value
+from checks.csv_rows import CsvColumns, feed_csv
+from checks.ndjson import (
+    MAX_ERRORS_KEPT,
+    UNPRINTABLE_ID,
+    Appender,
+    RowCollector,
+    Unit,
+    feed_ndjson,
+    show_value,
+)
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -22,6 +31,7 @@ __all__ = [
     "QuestionRow",
     "QuestionsValidationError",
     "parse_question_lines",
+    "stream_question_rows",
     "validate_question_rows",
 ]
 
@@ -55,9 +65,10 @@ def _text_problem(value: str) -> str | None:
 class _Checker(RowCollector):
     """Validates question rows one at a time."""
 
-    def __init__(self, *, max_rows: int, unit: Unit) -> None:
+    def __init__(self, *, max_rows: int, unit: Unit, rows: Appender[QuestionRow] | None = None) -> None:
         super().__init__(max_rows=max_rows, unit=unit, noun="questions")
-        self.rows: list[QuestionRow] = []
+        self.kept: list[QuestionRow] = []
+        self.rows: Appender[QuestionRow] = self.kept if rows is None else rows
 
     def check(self, line: int, obj: object) -> None:
         ok = self.known_fields(line, obj, ALLOWED_FIELDS)
@@ -116,7 +127,7 @@ class _Checker(RowCollector):
             self.fail(None, None, "no questions")
         if self.errors:
             raise QuestionsValidationError(self.errors, self.more)
-        return self.rows
+        return self.kept
 
 
 def parse_question_lines(
@@ -127,6 +138,28 @@ def parse_question_lines(
     checker = _Checker(max_rows=max_rows, unit="line")
     feed_ndjson(lines, checker)
     return checker.result()
+
+
+# A questions CSV: a header naming `id` and `question`.
+CSV_COLUMNS: Final = CsvColumns(allowed=ALLOWED_FIELDS, required=ALLOWED_FIELDS)
+
+
+def stream_question_rows(
+    lines: Iterable[bytes],
+    rows: Appender[QuestionRow],
+    *,
+    body_format: Literal["ndjson", "csv"],
+    max_rows: int = DEFAULT_MAX_QUESTIONS,
+) -> int:
+    """Validate an NDJSON or CSV batch of questions line by line, handing valid rows to `rows` as they are
+    read (until the first problem). Returns the number of rows; raises QuestionsValidationError."""
+    checker = _Checker(max_rows=max_rows, unit="line", rows=rows)
+    if body_format == "csv":
+        feed_csv(lines, checker, CSV_COLUMNS)
+    else:
+        feed_ndjson(lines, checker)
+    checker.result()
+    return checker.count
 
 
 def validate_question_rows(

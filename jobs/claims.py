@@ -49,14 +49,17 @@ def claim_units(
                     dedupe_key=dedupe_key(options.model, mode, row.claim),
                 )
             )
-    warnings: list[str] = []
-    if outside:
-        shown = ", ".join(outside[:10]) + (" …" if len(outside) > 10 else "")
-        warnings.append(
-            f"{len(outside)} claim(s) are not entirely inside their web-grounding search query, so the "
-            f"search may look for something else: {shown}. Put the claim first and keep it under ~237 bytes."
-        )
+    warnings = [outside_query_warning(len(outside), outside[:10])] if outside else []
     return units, warnings
+
+
+def outside_query_warning(count: int, first_ids: Sequence[str]) -> str:
+    """The intake warning for `count` claims outside their grounding query (`first_ids`: up to 10)."""
+    shown = ", ".join(first_ids[:10]) + (" …" if count > 10 else "")
+    return (
+        f"{count} claim(s) are not entirely inside their web-grounding search query, so the "
+        f"search may look for something else: {shown}. Put the claim first and keep it under ~237 bytes."
+    )
 
 
 def item_usage_of(output: dict[str, Any] | None) -> dict[str, Any]:
