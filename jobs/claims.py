@@ -7,10 +7,10 @@ query is computed here, before anything is sent, and stored on the item (docs/sp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
@@ -155,12 +155,69 @@ def claims_summary(
     }
 
 
-def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
-    """One result per claim (all modes merged), in input order, streamed in constant memory."""
+_RESULT_COLUMNS = (
+    Item.position,
+    Item.id,
+    Item.custom_id,
+    Item.mode,
+    Item.input,
+    Item.output,
+    Item.status,
+    Item.error,
+)
+ResultRow = tuple[int, int, str, str, dict[str, Any], dict[str, Any] | None, str, str | None]
+
+
+def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]:
+    """One mode's result of a claim, from its item's row (`_RESULT_COLUMNS`)."""
+    smin, cmax = cutoffs
+    _pos, _id, _cid, _mode, input_, output, status, error = row
+    o = output or {}
+    p = o.get("p")
+    usage = item_usage_of(output)
+    return {
+        "status": status,
+        "p": p,
+        "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
+        "request_id": o.get("request_id"),
+        "request_ids": o.get("request_ids", []),
+        "attempts": int(usage.get("attempts") or 0),
+        "input_tokens": o.get("input_tokens"),
+        "usage": usage,
+        "in_query": input_.get("in_query"),
+        "sources": o.get("sources", []),
+        "error": error if status != "done" else None,
+    }
+
+
+def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[int, int], dict[str, Any]]]:
+    """One record per claim (all modes merged: a claim's modes have consecutive positions), each with the
+    (position, id) of its last item: the keyset cursor that resumes after it."""
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
+    current: dict[str, Any] | None = None
+    cursor = (-1, -1)
+    for row in rows:
+        pos, item_id, custom_id, mode, input_ = row[:5]
+        if current is None or current["custom_id"] != custom_id:
+            if current is not None:
+                yield cursor, current
+            current = {
+                "custom_id": custom_id,
+                "claim": input_.get("claim"),
+                "label": input_.get("label"),
+                "results": {},
+            }
+        current["results"][mode] = _mode_result((smin, cmax), row)
+        cursor = (pos, item_id)
+    if current is not None:
+        yield cursor, current
+
+
+def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+    """One result per claim (all modes merged), in input order, streamed in constant memory."""
     rows = session.execute(
-        select(Item.position, Item.custom_id, Item.mode, Item.input, Item.output, Item.status, Item.error)
+        select(*_RESULT_COLUMNS)
         .where(Item.job_id == job.id)
         .order_by(Item.position)  # a claim's modes have consecutive positions
         .execution_options(yield_per=2_000)
@@ -168,34 +225,27 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
     # Closed explicitly: a client that stops reading closes this generator mid-way, and a server-side
     # cursor dropped without close() leaks until the connection is reset.
     try:
-        current: dict[str, Any] | None = None
-        for _pos, custom_id, mode, input_, output, status, error in rows:
-            if current is None or current["custom_id"] != custom_id:
-                if current is not None:
-                    yield current
-                current = {
-                    "custom_id": custom_id,
-                    "claim": input_.get("claim"),
-                    "label": input_.get("label"),
-                    "results": {},
-                }
-            o = output or {}
-            p = o.get("p")
-            usage = item_usage_of(output)
-            current["results"][mode] = {
-                "status": status,
-                "p": p,
-                "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
-                "request_id": o.get("request_id"),
-                "request_ids": o.get("request_ids", []),
-                "attempts": int(usage.get("attempts") or 0),
-                "input_tokens": o.get("input_tokens"),
-                "usage": usage,
-                "in_query": input_.get("in_query"),
-                "sources": o.get("sources", []),
-                "error": error if status != "done" else None,
-            }
-        if current is not None:
-            yield current
+        for _cursor, record in _group_results(job, cast("Iterable[ResultRow]", rows)):
+            yield record
     finally:
         rows.close()
+
+
+def claim_results_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """The results of the claims after the keyset cursor `after` (position, id), from at most `limit`
+    items, with each record's cursor: one short query, for exports read in chunks (web/exports.py).
+
+    A claim whose modes might continue past the page's last item is left for the next page (unless it
+    is the page's only claim), so a record is never split."""
+    rows = session.execute(
+        select(*_RESULT_COLUMNS)
+        .where(Item.job_id == job.id, tuple_(Item.position, Item.id) > tuple_(*after))
+        .order_by(Item.position, Item.id)
+        .limit(limit)
+    ).all()
+    records = list(_group_results(job, cast("list[ResultRow]", rows)))
+    if len(rows) >= limit and len(records) > 1:
+        records.pop()
+    return records

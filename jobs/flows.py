@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from checks.questions import QuestionRow
@@ -287,6 +287,28 @@ def iter_question_results(session: Session, job: Job) -> Iterator[dict[str, Any]
     flow = FLOWS[job.kind]
     for entry in _report_rows(session, job):
         yield flow.result_line(entry["custom_id"], entry["question"], entry["status"], entry["report"])
+
+
+def question_results_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """Result lines of the questions after the keyset cursor `after` (position, id), at most `limit`,
+    each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
+    flow = FLOWS[job.kind]
+    rows = session.execute(
+        select(Item.position, Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
+        .where(
+            Item.job_id == job.id,
+            Item.parent_id.is_(None),
+            tuple_(Item.position, Item.id) > tuple_(*after),
+        )
+        .order_by(Item.position, Item.id)
+        .limit(limit)
+    ).all()
+    return [
+        ((pos, item_id), flow.result_line(cid, (input_ or {}).get("question"), status, report))
+        for pos, item_id, cid, input_, status, report in rows
+    ]
 
 
 def questions_summary(session: Session, job: Job) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from checks.usage import DayRange, RangeError, parse_day_range
 from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.intake import same_submission
-from jobs.queries import get_job, iter_unsuccessful_items, list_jobs, lookup_request
+from jobs.queries import get_job, list_jobs, lookup_request, result_cursor, unsuccessful_items_page
 from jobs.quotas import QuotaExceeded
 from jobs.usage import tenant_usage
 from models import JOB_KINDS, JOB_STATUSES, Job, utcnow
@@ -33,7 +33,7 @@ from web.errors import (
     invalid,
     not_found,
 )
-from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
+from web.exports import CSV_RENDERERS, RESULT_ITERATORS, START, ndjson_lines, stream_job
 from web.intake import BodyFormat, check_idempotency_key, submit_stream
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings
@@ -239,19 +239,31 @@ def get_job_view(job_id: str) -> Response:
 
 @api.get("/jobs/<job_id>/results")
 def job_results(job_id: str) -> Response:
-    """Results streamed as NDJSON (default) or CSV; whatever exists so far, in input order."""
-    _reject_unknown_params(("format",))
+    """Results streamed as NDJSON (default) or CSV; whatever exists so far, in input order, read in short
+    keyset chunks and ended by a trailer (web/exports.py). `?after=<custom_id>` resumes an NDJSON stream
+    after that row."""
+    _reject_unknown_params(("format", "after"))
     fmt = _choice_param("format", ("ndjson", "csv")) or "ndjson"
+    after = request.args.get("after")
     job = _job_or_404(job_id)
     iterator = RESULT_ITERATORS.get(job.kind)
     if iterator is None:
         raise conflict(f"results of {job.kind} jobs are not available yet")
     sessions = resources().sessions
     if fmt == "csv":
+        if after is not None:
+            raise invalid("after resumes the NDJSON stream only; leave it out with format=csv", field="after")
         resp = Response(stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind]), mimetype="text/csv")
         resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
     else:
-        resp = Response(stream_job(sessions, job.id, iterator, ndjson_lines), mimetype=NDJSON_MIMETYPE)
+        start = START
+        if after is not None:
+            cursor = result_cursor(db_session(), job, after)
+            if cursor is None:
+                raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
+            start = cursor
+        body = stream_job(sessions, job.id, iterator, ndjson_lines, start=start, after=after)
+        resp = Response(body, mimetype=NDJSON_MIMETYPE)
         resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
     resp.headers["X-Job-Status"] = job.status
     return resp
@@ -259,10 +271,10 @@ def job_results(job_id: str) -> Response:
 
 @api.get("/jobs/<job_id>/errors")
 def job_errors(job_id: str) -> Response:
-    """Failed and skipped items as NDJSON, with their errors and upstream request ids."""
+    """Failed and skipped items as NDJSON, with their errors and upstream request ids (trailer last)."""
     _reject_unknown_params(())
     job = _job_or_404(job_id)
-    lines = stream_job(resources().sessions, job.id, iter_unsuccessful_items, ndjson_lines)
+    lines = stream_job(resources().sessions, job.id, unsuccessful_items_page, ndjson_lines)
     resp = Response(lines, mimetype=NDJSON_MIMETYPE)
     resp.headers["X-Job-Status"] = job.status
     return resp
