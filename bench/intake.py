@@ -44,6 +44,16 @@ def rss_mb(pid: int) -> float:
     return max((c.memory_info().rss for c in parent.children(recursive=True)), default=0) / 2**20
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the gunicorn worker(s) under `pid`: the work the 202
+    cost, which, unlike its wall time, does not grow when other processes share the cores."""
+    total = 0.0
+    for child in psutil.Process(pid).children(recursive=True):
+        times = child.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def claim(i: int) -> str:
     return f"Claim {i}: the Eiffel Tower is about 330 metres tall today."
 
@@ -91,7 +101,9 @@ def main() -> None:
                 web = procs.start_web(free_port(), workers=1)
                 pid = procs.procs["web"].pid
                 rss_idle = rss_mb(pid)
-                with httpx.Client(timeout=600) as client:
+                cpu0 = cpu_s(pid)
+                load0 = psutil.getloadavg()[0]
+                with httpx.Client(timeout=1800) as client:
                     t0 = time.monotonic()
                     r = client.post(
                         f"{web}/v1/jobs?kind=claims&mode=grounded",
@@ -99,6 +111,7 @@ def main() -> None:
                         headers={**auth, "Content-Type": content_type},
                     )
                     t_202 = time.monotonic() - t0
+                    cpu = cpu_s(pid) - cpu0
                     peak = hwm_mb(pid)
                     if r.status_code != 202:
                         raise SystemExit(f"{fmt}: {r.status_code} {r.text[:500]}")
@@ -111,6 +124,9 @@ def main() -> None:
                         "through gunicorn (1 worker)",
                         f"  POST → 202               {t_202:.2f} s   ratio to goal ({GOAL_202_S:.0f} s) "
                         f"{t_202 / GOAL_202_S:.2f}",
+                        f"  web CPU to 202           {cpu:.2f} s   ratio to goal ({GOAL_202_S:.0f} s) "
+                        f"{cpu / GOAL_202_S:.2f}   (load average {load0:.1f} → {psutil.getloadavg()[0]:.1f} "
+                        f"on {psutil.cpu_count()} cores)",
                         f"  web RSS idle / peak      {rss_idle:.0f} / {peak:.0f} MB   ratio to goal "
                         f"({GOAL_RSS_MB:.0f} MB) {peak / GOAL_RSS_MB:.2f}",
                     ]
