@@ -119,7 +119,7 @@ def main() -> None:
                         total = conn.execute(
                             text("SELECT total_items FROM jobs WHERE id = :j"), {"j": r.json()["id"]}
                         ).scalar_one()
-                    report += [
+                    lines = [
                         f"intake: {args.rows:,}-row {fmt} ({len(body) / 2**20:.1f} MiB, {total:,} items) "
                         "through gunicorn (1 worker)",
                         f"  POST → 202               {t_202:.2f} s   ratio to goal ({GOAL_202_S:.0f} s) "
@@ -130,14 +130,18 @@ def main() -> None:
                         f"  web RSS idle / peak      {rss_idle:.0f} / {peak:.0f} MB   ratio to goal "
                         f"({GOAL_RSS_MB:.0f} MB) {peak / GOAL_RSS_MB:.2f}",
                     ]
+                    print("\n".join(lines), flush=True)
+                    report += lines
                     if fmt == "NDJSON":
                         ndjson_job = r.json()["id"]
-                        report += export(client, web, auth, engine, pid, ndjson_job)
+                        lines = export(client, web, auth, engine, pid, ndjson_job)
+                        print("\n".join(lines), flush=True)
+                        report += lines
             finally:
                 procs.stop()
             del body
         engine.dispose()
-    print("\n".join(report))
+    print("\nsummary\n" + "\n".join(report))
 
 
 def export(

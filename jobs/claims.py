@@ -10,13 +10,14 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
 from checks.options import ClaimsOptions, check_cutoffs
 from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec, dedupe_key
+from jobs.keyset import page_rows
 from models import Item, Job
 
 
@@ -237,15 +238,11 @@ def claim_results_page(
     """The results of the claims after the keyset cursor `after` (position, id), from at most `limit`
     items, with each record's cursor: one short query, for exports read in chunks (web/exports.py).
 
-    A claim whose modes might continue past the page's last item is left for the next page (unless it
-    is the page's only claim), so a record is never split."""
-    rows = session.execute(
-        select(*_RESULT_COLUMNS)
-        .where(Item.job_id == job.id, tuple_(Item.position, Item.id) > tuple_(*after))
-        .order_by(Item.position, Item.id)
-        .limit(limit)
-    ).all()
+    The page's last claim is always left for the next page (unless it is the page's only one), so a
+    claim whose modes continue past the page is never split."""
+    rows = page_rows(session, job.id, _RESULT_COLUMNS, after=after, limit=limit)
     records = list(_group_results(job, cast("list[ResultRow]", rows)))
-    if len(rows) >= limit and len(records) > 1:
+    if len(records) > 1:
+        # The page may end inside a claim (its window or limit cut it); the next page starts with it.
         records.pop()
     return records

@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from checks.questions import QuestionRow
 from jobs import answers, quotes
 from jobs.intake import UnitSpec
+from jobs.keyset import page_rows
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, utcnow
 
@@ -295,16 +296,8 @@ def question_results_page(
     """Result lines of the questions after the keyset cursor `after` (position, id), at most `limit`,
     each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
     flow = FLOWS[job.kind]
-    rows = session.execute(
-        select(Item.position, Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
-        .where(
-            Item.job_id == job.id,
-            Item.parent_id.is_(None),
-            tuple_(Item.position, Item.id) > tuple_(*after),
-        )
-        .order_by(Item.position, Item.id)
-        .limit(limit)
-    ).all()
+    columns = (Item.position, Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
+    rows = page_rows(session, job.id, columns, after=after, limit=limit, where=(Item.parent_id.is_(None),))
     return [
         ((pos, item_id), flow.result_line(cid, (input_ or {}).get("question"), status, report))
         for pos, item_id, cid, input_, status, report in rows

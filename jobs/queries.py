@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from jobs.keyset import page_rows
 from models import ApiCall, Item, Job
 
 
@@ -148,26 +149,20 @@ def unsuccessful_items_page(
 ) -> list[tuple[tuple[int, int], dict[str, Any]]]:
     """`iter_unsuccessful_items` after the keyset cursor `after` (position, id), at most `limit` items,
     each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
-    rows = session.execute(
-        select(
-            Item.position,
-            Item.id,
-            Item.custom_id,
-            Item.mode,
-            Item.stage,
-            Item.status,
-            Item.attempts,
-            Item.error,
-            Item.output,
-        )
-        .where(
-            Item.job_id == job.id,
-            Item.status.in_(("failed", "skipped")),
-            tuple_(Item.position, Item.id) > tuple_(*after),
-        )
-        .order_by(Item.position, Item.id)
-        .limit(limit)
-    ).all()
+    columns = (
+        Item.position,
+        Item.id,
+        Item.custom_id,
+        Item.mode,
+        Item.stage,
+        Item.status,
+        Item.attempts,
+        Item.error,
+        Item.output,
+    )
+    rows = page_rows(
+        session, job.id, columns, after=after, limit=limit, where=(Item.status.in_(("failed", "skipped")),)
+    )
     page: list[tuple[tuple[int, int], dict[str, Any]]] = []
     for position, item_id, custom_id, mode, stage, status, attempts, error, output in rows:
         o = output or {}

@@ -1,8 +1,8 @@
 """Streamed exports of a job: results as NDJSON or CSV, failed and skipped items as NDJSON.
 
-Read in keyset chunks, each in its own short session: `CHUNK_ITEMS` items ordered by (position, id) are
-read, the session is closed (its transaction ends) and only then are the chunk's lines sent. No
-transaction or cursor is held while the client reads, so a slow reader neither pins a connection nor
+Read in keyset chunks (jobs/keyset.py), each in its own short session: `CHUNK_ITEMS` items ordered by
+(position, id) are read, the session is closed (its transaction ends) and only then are the chunk's lines
+sent. No transaction or cursor is held while the client reads, so a slow reader neither pins a connection nor
 runs into Postgres' `idle_in_transaction_session_timeout` (which used to cut a download short while it
 still ended with status 200), and a 1,000,000-item job streams in constant memory.
 
@@ -30,16 +30,27 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.claims import claim_results_page
 from jobs.flows import question_results_page
+from jobs.keyset import START, Cursor
+
+__all__ = [
+    "CHUNK_ITEMS",
+    "CSV_RENDERERS",
+    "RESULT_ITERATORS",
+    "START",
+    "Progress",
+    "ndjson_lines",
+    "ndjson_trailer",
+    "read_chunks",
+    "stream_job",
+]
 from models import Job
 from web.csv_exports import CsvTally, answers_csv, quotes_csv
 from web.csv_safety import SafeCsv
 
-Cursor = tuple[int, int]  # (position, id) of the last item a record came from
 ResultPage = Callable[[Session, Job, Cursor, int], list[tuple[Cursor, dict[str, Any]]]]
 Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
 
 CHUNK_ITEMS = 1_000
-START: Cursor = (-1, -1)
 END_KEY = "_end"
 
 # Per kind: one dict per submitted row, a chunk at a time. Kinds without an entry have no results export.

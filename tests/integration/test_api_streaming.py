@@ -33,6 +33,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     make_env,
     memory_celery,
     ndjson,
+    settle_items,
     web,
     web_settings,
 )
@@ -327,3 +328,20 @@ def test_export_read_slower_than_the_idle_transaction_timeout_is_complete(slow_d
     resp.close()
     records = ndjson_records("".join(received))
     assert [r["custom_id"] for r in records] == [f"r{i:05d}" for i in range(2_500)]
+
+
+def test_errors_export_skips_long_gaps_between_failed_items(web: WebEnv, caller: Caller) -> None:
+    """Failed items far apart: empty 1,000-position windows are skipped through the index."""
+    jid = claims_job(web, caller, 2_600)
+    settle_items(
+        web.sessions,
+        jid,
+        {
+            ("r00003", "ungrounded"): ("failed", "upstream 500"),
+            ("r02450", "ungrounded"): ("skipped", "budget"),
+        },
+    )
+    lines = ndjson_records(
+        web.client.get(f"/v1/jobs/{jid}/errors", headers=caller.headers).get_data(as_text=True)
+    )
+    assert [(e["custom_id"], e["status"]) for e in lines] == [("r00003", "failed"), ("r02450", "skipped")]
