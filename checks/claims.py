@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any, Final, Literal, NamedTuple, get_args
 
 from checks import pricing
-from checks.csv_rows import CsvColumns, feed_csv
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
 from checks.ndjson import (
     MAX_ERRORS_KEPT,
@@ -259,10 +258,6 @@ class _Checker(RowCollector):
         return self.kept
 
 
-# A claims CSV: a header naming `id` and `claim` (required) and any of `label`, `kind`, `source`.
-CSV_COLUMNS: Final = CsvColumns(allowed=ALLOWED_FIELDS, required=("id", "claim"), flags=("label",))
-
-
 def parse_ndjson_lines(
     lines: Iterable[str | bytes],
     *,
@@ -285,18 +280,15 @@ def stream_rows(
     lines: Iterable[bytes],
     rows: Appender[ClaimRow],
     *,
-    body_format: Literal["ndjson", "csv"],
     max_rows: int = DEFAULT_MAX_ROWS,
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES,
 ) -> int:
-    """Validate an NDJSON or CSV batch line by line, handing each valid row to `rows` as it is read (until
-    the first problem: from then on only problems are collected). Returns the number of rows; raises
-    ClaimsValidationError, with the same messages as `parse_ndjson_lines`, naming lines from 1."""
+    """Validate an NDJSON batch line by line (a CSV one through `checks/csv_rows.py:csv_ndjson_lines`),
+    handing each valid row to `rows` as it is read (until the first problem: from then on only problems
+    are collected). Returns the number of rows; raises ClaimsValidationError, with the same messages as
+    `parse_ndjson_lines`, naming lines from 1."""
     checker = _Checker(max_rows=max_rows, max_claim_bytes=max_claim_bytes, unit="line", rows=rows)
-    if body_format == "csv":
-        feed_csv(lines, checker, CSV_COLUMNS)
-    else:
-        feed_ndjson(lines, checker)
+    feed_ndjson(lines, checker)
     checker.result()
     return checker.count
 

@@ -1,125 +1,136 @@
-"""Reading CSV uploads (`text/csv`) row by row into the same checks as NDJSON rows.
+"""CSV uploads read as the NDJSON rows intake already checks, line numbers kept.
 
-The first line is a header naming the columns (`id,claim,label` for claims, `id,question` for questions;
-order free, names exact after trimming spaces). Each following record becomes the dict an NDJSON line
-would have been, so every row rule (id rules, lengths, duplicates) is the kind's own and the messages are
-the same. Records are named by the line they start on, counted from 1 with the header as line 1, as a
-spreadsheet numbers them; a quoted cell may span lines. Blank lines are skipped but keep their number.
+The new-job page accepts CSV (a header line, then one row per record) beside NDJSON and JSON. Rather
+than validate CSV rows a second way, each record becomes the JSON object an NDJSON line would hold, and
+the kind's NDJSON reader (`checks/claims.py:parse_ndjson_lines`, `checks/questions.py`) checks it. So
+that its errors name the right line of the CSV file, one line is produced per physical line read: the
+header and the extra lines of a record whose quoted field spans lines come out blank (the reader skips
+blank lines but counts them), and each record's object sits on the line it starts on. Line 1 is the
+header; the first record is line 2.
 
-Cells are text. An empty optional cell means "absent"; a flag column (`label`) takes `true` or `false`
-(any case) and passes anything else on as text, so the kind's checker names it. Lines arrive as bytes
-from the body reader (web/body.py) and are decoded one at a time: a line that is not UTF-8 is named.
+What only CSV can get wrong (the header, a record with too many or too few fields, undecodable bytes,
+malformed quoting) raises `CsvError` at the first such problem, naming the line and the column. Empty
+optional cells are left out (an unlabelled claim); `label` is `true` or `false` in any case, and any
+other text is passed on as text for the row checker to refuse by name.
+
+Pure and lazy: it reads `lines` one at a time, so a large upload is never held whole.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from typing import Final
 
-from checks.ndjson import RowSink
+from checks import claims as claim_rules
+from checks import questions as question_rules
 
-_FLAG_VALUES = {"true": True, "false": False}
+# (required columns, allowed columns) of each kind's CSV header.
+CSV_COLUMNS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    "claims": (("id", "claim"), claim_rules.ALLOWED_FIELDS),
+    "answer": (("id", "question"), question_rules.ALLOWED_FIELDS),
+    "quote": (("id", "question"), question_rules.ALLOWED_FIELDS),
+}
+BOOLEAN_COLUMNS: Final = frozenset({"label"})
+_BOOLEANS: Final = {"true": True, "false": False}
 
 
-@dataclass(frozen=True)
-class CsvColumns:
-    """The header a kind accepts: allowed names, the ones it must have, and the true/false columns."""
+class CsvError(ValueError):
+    """A CSV upload that cannot be read as rows; `line` is 1-based (the header is line 1)."""
 
-    allowed: tuple[str, ...]
-    required: tuple[str, ...]
-    flags: tuple[str, ...] = field(default=())
+    def __init__(self, line: int, field: str | None, message: str) -> None:
+        self.line = line
+        self.field = field
+        self.message = message
+        what = f'column "{field}": ' if field is not None else ""
+        super().__init__(f"line {line}: {what}{message}")
 
 
-class _Lines:
-    """Decoded lines with their newline (csv needs it to join a quoted cell that spans lines), numbered."""
-
-    def __init__(self, lines: Iterable[bytes], sink: RowSink) -> None:
-        self._lines = iter(lines)
-        self._sink = sink
-        self.number = 0
-
-    def __iter__(self) -> Iterator[str]:
-        for raw in self._lines:
-            self.number += 1
+def _decoded(lines: Iterable[bytes | str]) -> Iterator[str]:
+    """Each line as text ending in a newline (the csv module needs them to join a quoted field that
+    spans lines); a UTF-8 byte-order mark on line 1 is dropped."""
+    for number, raw in enumerate(lines, 1):
+        if isinstance(raw, bytes):
             try:
                 text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                self._sink.fail(self.number, None, f"is not valid UTF-8 (byte {error.start + 1})")
-                text = ""  # the line's record still ends here; it is reported, nothing of it is kept
-            if self.number == 1 and text.startswith("\ufeff"):
-                text = text[1:]
-            yield text + "\n"
+            except UnicodeDecodeError as exc:
+                raise CsvError(number, None, f"is not valid UTF-8 (byte {exc.start + 1})") from None
+        else:
+            text = raw
+        if number == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        yield text if text.endswith("\n") else text + "\n"
 
 
-def _header(cells: list[str], columns: CsvColumns, sink: RowSink) -> list[str] | None:
-    """The column names, or None after recording every problem with the header (line 1)."""
+def _header(cells: list[str], kind: str) -> list[str]:
+    """The header's column names, checked against the kind's columns."""
+    required, allowed = CSV_COLUMNS[kind]
+    example = ",".join(required)
     names = [c.strip() for c in cells]
-    ok = True
+    if not any(names):
+        raise CsvError(1, None, f"must be the header (for example {example})")
     seen: set[str] = set()
     for name in names:
-        if name not in columns.allowed:
-            shown = name if len(name) <= 40 else name[:39] + "…"
-            allowed = ", ".join(columns.allowed)
-            sink.fail(1, None, f'unknown column "{shown}" in the header (allowed: {allowed})')
-            ok = False
-        elif name in seen:
-            sink.fail(1, None, f'column "{name}" appears twice in the header')
-            ok = False
+        if name not in allowed:
+            shown = json.dumps(name[:40], ensure_ascii=False)
+            raise CsvError(1, None, f"unknown column {shown} (allowed: {', '.join(allowed)})")
+        if name in seen:
+            raise CsvError(1, name, "appears twice in the header")
         seen.add(name)
-    missing = [name for name in columns.required if name not in seen]
-    if missing:
-        sink.fail(
-            1,
-            None,
-            f"the header must name the column(s) {', '.join(missing)} "
-            f"(a first line such as {','.join(columns.required)})",
-        )
-        ok = False
-    return names if ok else None
+    for name in required:
+        if name not in seen:
+            raise CsvError(1, name, f"is missing from the header (a {kind} CSV needs {example})")
+    return names
 
 
-def feed_csv(lines: Iterable[bytes], sink: RowSink, columns: CsvColumns) -> None:
-    """Check the header, then pass each record to `sink` as a dict of its cells, numbered by its first line.
+def _row(header: list[str], cells: list[str], required: tuple[str, ...]) -> dict[str, object]:
+    """One record as the NDJSON row object: empty optional cells left out, booleans parsed."""
+    row: dict[str, object] = {}
+    for name, value in zip(header, cells, strict=True):
+        if value == "" and name not in required:
+            continue
+        if name in BOOLEAN_COLUMNS:
+            row[name] = _BOOLEANS.get(value.strip().lower(), value)
+        else:
+            row[name] = value
+    return row
 
-    Stops at the first row past the row limit, like `feed_ndjson`. A header with a problem stops reading:
-    no row could be read right against it."""
-    source = _Lines(lines, sink)
-    reader = csv.reader(source, strict=True)
-    names: list[str] | None = None
+
+def csv_ndjson_lines(lines: Iterable[bytes | str], kind: str) -> Iterator[bytes]:
+    """NDJSON lines (bytes, no newline) for the CSV `lines` of a `kind` upload, one per line read.
+
+    Raises CsvError at the first problem only CSV can have; row problems (a missing claim, a bad label)
+    are left to the kind's row checker, which then names the same line.
+    """
+    required, _allowed = CSV_COLUMNS[kind]
+    reader = csv.reader(_decoded(lines), strict=True)
+    header: list[str] | None = None
+    produced = 0
+    consumed = 0
     while True:
-        start = source.number + 1
+        start = consumed + 1
         try:
             cells = next(reader)
         except StopIteration:
             break
-        except csv.Error as error:
-            sink.fail(start, None, f"is not valid CSV: {error}")
-            if names is None:
-                return
-            continue
-        if names is None:
-            names = _header(cells, columns, sink)
-            if names is None:
-                return
-            continue
-        if not cells or (len(cells) == 1 and not cells[0].strip()):
-            continue  # a blank line
-        if sink.over_limit(start):
-            break
-        if len(cells) > len(names):
-            sink.fail(start, None, f"has {len(cells)} cells, the header names {len(names)} columns")
-            continue
-        row: dict[str, object] = {}
-        for name, cell in zip(names, cells, strict=False):
-            if name in columns.flags:
-                flag = _FLAG_VALUES.get(cell.strip().lower())
-                if flag is not None:
-                    row[name] = flag
-                elif cell.strip():
-                    row[name] = cell  # the checker names it ("must be true or false")
-            elif cell or name in columns.required:
-                row[name] = cell
-        for name in columns.required:
-            row.setdefault(name, "")  # a short record: its missing cells are empty
-        sink.check(start, row)
+        except csv.Error as exc:
+            raise CsvError(reader.line_num or start, None, f"is not valid CSV: {exc}") from None
+        consumed = reader.line_num
+        if header is None:
+            header = _header(cells, kind)
+            record: bytes = b""
+        elif not cells or (len(cells) == 1 and not cells[0].strip()):
+            record = b""  # a blank line: skipped, like a blank NDJSON line
+        elif len(cells) != len(header):
+            raise CsvError(start, None, f"has {len(cells)} fields; the header has {len(header)}")
+        else:
+            record = json.dumps(_row(header, cells, required), ensure_ascii=False).encode("utf-8")
+        # Blank lines up to where the record starts (the previous record's other lines), then the record.
+        while produced < start - 1:
+            produced += 1
+            yield b""
+        produced += 1
+        yield record
+    if header is None:
+        raise CsvError(1, None, f"the file is empty; line 1 must be the header ({','.join(required)})")

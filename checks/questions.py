@@ -8,10 +8,9 @@ line (NDJSON) or item (JSON array) and a batch with any bad row stores nothing. 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal, NamedTuple
+from typing import Final, NamedTuple
 
 from checks.claims import ClaimsValidationError
-from checks.csv_rows import CsvColumns, feed_csv
 from checks.ndjson import (
     MAX_ERRORS_KEPT,
     UNPRINTABLE_ID,
@@ -140,24 +139,17 @@ def parse_question_lines(
     return checker.result()
 
 
-# A questions CSV: a header naming `id` and `question`.
-CSV_COLUMNS: Final = CsvColumns(allowed=ALLOWED_FIELDS, required=ALLOWED_FIELDS)
-
-
 def stream_question_rows(
     lines: Iterable[bytes],
     rows: Appender[QuestionRow],
     *,
-    body_format: Literal["ndjson", "csv"],
     max_rows: int = DEFAULT_MAX_QUESTIONS,
 ) -> int:
-    """Validate an NDJSON or CSV batch of questions line by line, handing valid rows to `rows` as they are
-    read (until the first problem). Returns the number of rows; raises QuestionsValidationError."""
+    """Validate an NDJSON batch of questions line by line (a CSV one through `checks/csv_rows.py`),
+    handing valid rows to `rows` as they are read (until the first problem). Returns the number of rows;
+    raises QuestionsValidationError."""
     checker = _Checker(max_rows=max_rows, unit="line", rows=rows)
-    if body_format == "csv":
-        feed_csv(lines, checker, CSV_COLUMNS)
-    else:
-        feed_ndjson(lines, checker)
+    feed_ndjson(lines, checker)
     checker.result()
     return checker.count
 

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
 from checks import questions as question_rules
+from checks.csv_rows import CsvError, csv_ndjson_lines
 from checks.options import OptionsError, parse_claims_options, parse_questions_options
 from config import Settings
 from jobs import bulk_load
@@ -72,10 +73,6 @@ class KindIntake(Protocol):
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows: ...
 
-    def from_csv(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
-        """A CSV body's rows held in memory (the portable path: SQLite has no COPY)."""
-        ...
-
     def load(
         self,
         session: Session,
@@ -83,16 +80,13 @@ class KindIntake(Protocol):
         *,
         options: Any,
         lines: Iterable[bytes],
-        body_format: StreamFormat,
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
-        """Validate the lines and COPY each valid row into `job`'s items as it is read (Postgres).
+        """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
+        into `job`'s items as it is read (Postgres).
         `quota(items)` is called with the running item count and raises when it is over the quota."""
         ...
-
-
-StreamFormat = Literal["ndjson", "csv"]
 
 
 @dataclass(frozen=True)
@@ -175,20 +169,6 @@ class ClaimsIntake:
             raise rows_error(exc, json_items=False) from None
         return self._units(options, rows)
 
-    def from_csv(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
-        rows: list[claim_rules.ClaimRow] = []
-        try:
-            claim_rules.stream_rows(
-                lines,
-                rows,
-                body_format="csv",
-                max_rows=settings.max_rows_per_job,
-                max_claim_bytes=settings.max_claim_bytes,
-            )
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=False) from None
-        return self._units(options, rows)
-
     def load(
         self,
         session: Session,
@@ -196,7 +176,6 @@ class ClaimsIntake:
         *,
         options: Any,
         lines: Iterable[bytes],
-        body_format: StreamFormat,
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
@@ -207,7 +186,6 @@ class ClaimsIntake:
                 claim_rules.stream_rows(
                     lines,
                     stager,
-                    body_format=body_format,
                     max_rows=settings.max_rows_per_job,
                     max_claim_bytes=settings.max_claim_bytes,
                 )
@@ -294,16 +272,6 @@ class QuestionsIntake:
             raise rows_error(exc, json_items=False) from None
         return self._units(options, rows)
 
-    def from_csv(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
-        rows: list[question_rules.QuestionRow] = []
-        try:
-            question_rules.stream_question_rows(
-                lines, rows, body_format="csv", max_rows=settings.max_rows_per_job
-            )
-        except question_rules.QuestionsValidationError as exc:
-            raise rows_error(exc, json_items=False) from None
-        return self._units(options, rows)
-
     def load(
         self,
         session: Session,
@@ -311,16 +279,13 @@ class QuestionsIntake:
         *,
         options: Any,
         lines: Iterable[bytes],
-        body_format: StreamFormat,
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
         with bulk_load.StagedRows(session) as staged:
             stager = _QuestionStager(staged, quota)
             try:
-                question_rules.stream_question_rows(
-                    lines, stager, body_format=body_format, max_rows=settings.max_rows_per_job
-                )
+                question_rules.stream_question_rows(lines, stager, max_rows=settings.max_rows_per_job)
             except question_rules.QuestionsValidationError as exc:
                 raise rows_error(exc, json_items=False) from None
         items = bulk_load.insert_question_items(
@@ -562,16 +527,18 @@ def submit_stream(
     if not created:  # lost a race with a concurrent request carrying the same key
         drain(body, limit, 0)
         return Submission(job, False, fingerprint.hexdigest())
-    lines = (line for _n, line in iter_body_lines(body, limit))
-    loaded = intake.load(
-        session,
-        job,
-        options=options,
-        lines=lines,
-        body_format=body_format,
-        settings=settings,
-        quota=lambda items: check_items(tenant, items),
-    )
+    lines = _row_lines(body_format, kind, body, limit)
+    try:
+        loaded = intake.load(
+            session,
+            job,
+            options=options,
+            lines=lines,
+            settings=settings,
+            quota=lambda items: check_items(tenant, items),
+        )
+    except CsvError as exc:
+        raise csv_error(exc) from None
     drain(body, limit, body.bytes_read)
     finish_streamed_job(
         session,
@@ -583,6 +550,18 @@ def submit_stream(
     return Submission(job, True, fingerprint.hexdigest())
 
 
+def _row_lines(body_format: BodyFormat, kind: str, body: Readable, limit: int) -> Iterator[bytes]:
+    """The body's rows as NDJSON lines, read lazily: a CSV body's records become the NDJSON line each
+    would be, on the line number it starts on (checks/csv_rows.py), so one checker serves both."""
+    lines = (line for _n, line in iter_body_lines(body, limit))
+    return csv_ndjson_lines(lines, kind) if body_format == "csv" else lines
+
+
+def csv_error(exc: CsvError) -> Exception:
+    """400 for what only a CSV body can get wrong (header, field count, quoting), naming line and column."""
+    return invalid(str(exc), field=exc.field, line=exc.line)
+
+
 def _prepare_whole(
     body_format: BodyFormat,
     args: Mapping[str, str],
@@ -592,18 +571,19 @@ def _prepare_whole(
 ) -> PreparedJob:
     """The submission validated with its rows in memory: JSON always, NDJSON and CSV off Postgres."""
     limit = settings.max_body_bytes
-    if body_format == "ndjson":
-        return prepare_ndjson(args, (line for _n, line in iter_body_lines(body, limit)), settings)
-    if body_format == "csv":
+    if body_format in {"ndjson", "csv"}:
         kind, intake, options, metadata = ndjson_submission(args)
-        prepared = intake.from_csv(options, (line for _n, line in iter_body_lines(body, limit)), settings)
+        try:
+            prepared = intake.from_lines(options, _row_lines(body_format, kind, body, limit), settings)
+        except CsvError as exc:
+            raise csv_error(exc) from None
         return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
     # A JSON document is parsed whole (its rows are counted only after), so its size is bounded before
     # parsing, far below the streamed formats': a parsed document takes ~9× its bytes of memory.
     json_limit = min(limit, settings.max_json_body_bytes)
     if declared_length is not None and declared_length > json_limit:
-        exc = too_large(json_limit)
-        exc.message += JSON_TOO_LARGE_HINT
-        raise exc
+        refusal = too_large(json_limit)
+        refusal.message += JSON_TOO_LARGE_HINT
+        raise refusal
     document = read_json_body(json_limit, loads=loads_strict, stream=body, hint=JSON_TOO_LARGE_HINT)
     return prepare_json(document, settings)

@@ -44,6 +44,7 @@ from web.auth import current_tenant
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
 from web.pages_jobs import job_view, progress_payload
+from web.pages_new_job import new_job
 from web.pages_reports import report_context
 from web.pages_usage import usage_page
 from web.security import csrf, init_security, report_csp
@@ -182,6 +183,10 @@ def jobs() -> str:
     return render_template(
         "jobs.html", jobs=rows, kind=kind, status=status, kinds=JOB_KINDS, statuses=JOB_STATUSES
     )
+
+
+# The new-job page lives in its own module; registered here so _guard (session, CSRF) covers it.
+pages.add_url_rule("/jobs/new", view_func=new_job, methods=["GET", "POST"])
 
 
 @pages.get("/jobs/<job_id>")

@@ -190,14 +190,14 @@ def test_csv_questions(web: WebEnv, caller: Caller, kind: str) -> None:
 @pytest.mark.parametrize(
     ("kind", "body", "words"),
     [
-        ("claims", "id,text\nc1,A claim.\n", 'line 1: unknown column "text" in the header'),
-        ("claims", "id,label\nc1,true\n", "line 1: the header must name the column(s) claim"),
-        ("claims", "id,claim,id\nc1,A,c2\n", 'line 1: column "id" appears twice in the header'),
+        ("claims", "id,text\nc1,A claim.\n", 'line 1: unknown column "text" (allowed: id, claim'),
+        ("claims", "id,label\nc1,true\n", 'line 1: column "claim": is missing from the header'),
+        ("claims", "id,claim,id\nc1,A,c2\n", 'line 1: column "id": appears twice in the header'),
         ("answer", "id,claim\nq1,A?\n", 'line 1: unknown column "claim"'),
-        ("claims", "", "no claims"),
+        ("claims", "", "the file is empty; line 1 must be the header"),
         ("claims", "id,claim\n", "no claims"),
         ("claims", 'id,claim\nc1,"unterminated\n', "line 2: is not valid CSV"),
-        ("claims", "id,claim\nc1,A claim.,extra\n", "line 2: has 3 cells, the header names 2 columns"),
+        ("claims", "id,claim\nc1,A claim.,extra\n", "line 2: has 3 fields; the header has 2"),
         (
             "claims",
             "id,claim,label\nc1,A claim.,yes\n",
