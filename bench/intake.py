@@ -76,6 +76,7 @@ def csv_body(rows: int) -> bytes:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--formats", default="ndjson,csv", help="comma-separated: ndjson, csv (default both)")
     args = ap.parse_args()
     flush_redis()
     report: list[str] = []
@@ -91,10 +92,13 @@ def main() -> None:
         }
         auth = {"Authorization": f"Bearer {token}"}
         ndjson_job = ""
+        wanted = {f.strip().upper() for f in args.formats.split(",")}
         for fmt, content_type, make in (
             ("NDJSON", "application/x-ndjson", ndjson_body),
             ("CSV", "text/csv", csv_body),
         ):
+            if fmt not in wanted:
+                continue
             body = make(args.rows)
             procs = Procs(env=env)
             try:
