@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from checks.questions import QuestionRow
 from jobs import answers, quotes
 from jobs.intake import UnitSpec
+from jobs.keyset import page_rows
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, utcnow
 
@@ -287,6 +288,20 @@ def iter_question_results(session: Session, job: Job) -> Iterator[dict[str, Any]
     flow = FLOWS[job.kind]
     for entry in _report_rows(session, job):
         yield flow.result_line(entry["custom_id"], entry["question"], entry["status"], entry["report"])
+
+
+def question_results_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """Result lines of the questions after the keyset cursor `after` (position, id), at most `limit`,
+    each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
+    flow = FLOWS[job.kind]
+    columns = (Item.position, Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
+    rows = page_rows(session, job.id, columns, after=after, limit=limit, where=(Item.parent_id.is_(None),))
+    return [
+        ((pos, item_id), flow.result_line(cid, (input_ or {}).get("question"), status, report))
+        for pos, item_id, cid, input_, status, report in rows
+    ]
 
 
 def questions_summary(session: Session, job: Job) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, defer
 
+from jobs.keyset import page_rows
 from models import ApiCall, Item, Job
 
 
@@ -188,3 +189,56 @@ def question_page(session: Session, job: Job, *, after: tuple[int, int] | None, 
         last = rows[limit - 1]
         next_after = f"{int(last[5])}:{int(last[0])}"
     return QuestionPage(entries=entries, next_after=next_after)
+
+
+def unsuccessful_items_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """`iter_unsuccessful_items` after the keyset cursor `after` (position, id), at most `limit` items,
+    each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
+    columns = (
+        Item.position,
+        Item.id,
+        Item.custom_id,
+        Item.mode,
+        Item.stage,
+        Item.status,
+        Item.attempts,
+        Item.error,
+        Item.output,
+    )
+    rows = page_rows(
+        session, job.id, columns, after=after, limit=limit, where=(Item.status.in_(("failed", "skipped")),)
+    )
+    page: list[tuple[tuple[int, int], dict[str, Any]]] = []
+    for position, item_id, custom_id, mode, stage, status, attempts, error, output in rows:
+        o = output or {}
+        request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
+        page.append(
+            (
+                (position, item_id),
+                {
+                    "custom_id": custom_id,
+                    "mode": mode,
+                    "stage": stage,
+                    "position": position,
+                    "status": status,
+                    "error": error,
+                    "attempts": attempts,
+                    "request_ids": request_ids,
+                },
+            )
+        )
+    return page
+
+
+def result_cursor(session: Session, job: Job, custom_id: str) -> tuple[int, int] | None:
+    """The keyset cursor just past the submitted row `custom_id` (its last top-level item), or None when
+    the job has no such row: how an export resumes with `?after=<id>`."""
+    row = session.execute(
+        select(Item.position, Item.id)
+        .where(Item.job_id == job.id, Item.custom_id == custom_id, Item.parent_id.is_(None))
+        .order_by(Item.position.desc(), Item.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (int(row[0]), int(row[1]))

@@ -1,11 +1,15 @@
 """CSV downloads of `answer` and `quote` results: one row per question, flat columns.
 
 The NDJSON download holds the whole report; the CSV is the spreadsheet view of the outcome. Rows are
-built from `jobs.flows.iter_question_results` lines and streamed like web/exports.py's claims CSV.
+built from `jobs.flows.question_results_page` lines and streamed like web/exports.py's claims CSV.
 
 An incomplete question says so in its row: `outcome` is `incomplete`, `incomplete_steps` names every step
 that did not run to the end, and the answer so far goes to `partial_answer`, never to `final_answer` (the
 columns added for this come last, so existing readers of the first columns are unaffected).
+
+Every CSV download ends with a row `#end,<N>`: N data rows are above it. A spreadsheet shows it as an
+ordinary last row, a script drops the row whose first cell is `#end`; a file that does not end with it
+was cut short (a count in a response header could not say that: the body is sent before it is counted).
 """
 
 from __future__ import annotations
@@ -43,6 +47,32 @@ QUOTE_COLUMNS = (
     "incomplete_steps",
     "model_note",
 )
+
+
+END_CELL = "#end"
+
+
+class CsvTally:
+    """A `SafeCsv` that counts its data rows and ends the file with the `#end,<N>` trailer row."""
+
+    def __init__(self, out: SafeCsv) -> None:
+        self._out = out
+        self.rows = 0
+
+    def header(self, columns: Sequence[str]) -> None:
+        self._out.row(columns)
+
+    def row(self, cells: Sequence[object]) -> None:
+        self._out.row(cells)
+        self.rows += 1
+
+    def take(self) -> str:
+        return self._out.take()
+
+    def end(self) -> str:
+        """The rest of the file: whatever is buffered, then the trailer row."""
+        self._out.row((END_CELL, str(self.rows)))
+        return self._out.take()
 
 
 def _num(value: object) -> str:
@@ -104,14 +134,12 @@ def _csv(
     columns: Sequence[str], row: Callable[[dict[str, Any]], Sequence[object]]
 ) -> Callable[[Iterator[dict[str, Any]]], Iterator[str]]:
     def render(records: Iterator[dict[str, Any]]) -> Iterator[str]:
-        out = SafeCsv()
-        out.row(columns)
+        out = CsvTally(SafeCsv())
+        out.header(columns)
         for record in records:
             out.row(row(record))
             yield out.take()
-        tail = out.take()
-        if tail:
-            yield tail
+        yield out.end()
 
     return render
 

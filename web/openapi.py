@@ -454,6 +454,30 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "ExportEnd": {
+        "type": "object",
+        "description": "The last line of every NDJSON export (results and errors): the stream is complete. "
+        "A stream that ends without it was cut short; resume the results with `?after=<last_id you have>`.",
+        "required": ["_end"],
+        "additionalProperties": False,
+        "properties": {
+            "_end": {
+                "type": "object",
+                "required": ["count", "after", "last_id"],
+                "properties": {
+                    "count": {"type": "integer", "minimum": 0, "description": "Lines above this one."},
+                    "after": {
+                        "type": ["string", "null"],
+                        "description": "The `after` this response resumed from, or null.",
+                    },
+                    "last_id": {
+                        "type": ["string", "null"],
+                        "description": "The `custom_id` of the line above this one, or null.",
+                    },
+                },
+            }
+        },
+    },
     "ItemError": {
         "type": "object",
         "description": "One NDJSON line of GET /v1/jobs/{job_id}/errors.",
@@ -674,13 +698,18 @@ PATHS: dict[str, Any] = {
             "operationId": "createJob",
             "summary": "Submit a batch",
             "description": (
-                "Validates the whole batch first; any problem rejects it whole and nothing is stored. "
-                "Send JSON (`JobSubmission`) or NDJSON (`application/x-ndjson`, one row per line: `ClaimRow` "
-                "for claims, `QuestionRow` for answer and quote; "
-                "kind/options/metadata as query parameters; blank lines are skipped but counted). "
-                "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB, the body by FACTGATE_MAX_BODY_BYTES "
-                "(413, checked against Content-Length and again while reading). Unknown query parameters "
-                "are rejected as unknown options. The job is committed before it is queued."
+                "Validates the whole batch; any problem rejects it whole and nothing is stored. "
+                "Send JSON (`JobSubmission`, at most FACTGATE_MAX_JSON_BODY_BYTES, bounded before parsing), "
+                "NDJSON (`application/x-ndjson`, one row per line: `ClaimRow` for claims, `QuestionRow` "
+                "for answer and quote) or CSV (`text/csv`: a header line `id,claim` plus optional `label`, "
+                "`kind`, `source` columns for claims, `id,question` for answer and quote; `label` cells are "
+                "`true`, `false` or empty). NDJSON and CSV carry kind/options/metadata as query "
+                "parameters, are streamed into the database as they are validated, and name problems by "
+                "1-based line (a CSV's header is line 1); blank lines are skipped but counted. "
+                "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB (default 1,000,000), streamed bodies by "
+                "FACTGATE_MAX_BODY_BYTES (413, checked against Content-Length and again while reading). "
+                "Unknown query parameters are rejected as unknown options. The job is committed before it "
+                "is queued."
             ),
             "parameters": [
                 {
@@ -708,6 +737,11 @@ PATHS: dict[str, Any] = {
                         "schema": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
                         "description": "One row per line.",
                     },
+                    "text/csv": {
+                        "schema": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
+                        "description": "A header line naming the row's fields, then one record per row "
+                        "(`label` as true/false; an empty cell is an absent optional field).",
+                    },
                 },
             },
             "responses": {
@@ -725,10 +759,11 @@ PATHS: dict[str, Any] = {
                     "(`field` is `Idempotency-Key`, `job_id` the job that holds it). Nothing is stored."
                 ),
                 "413": _error(
-                    "Body larger than FACTGATE_MAX_BODY_BYTES, or (type `quota_exceeded`, field "
-                    "`max_items_per_job`) more items than the tenant's quota allows in one job."
+                    "Body larger than FACTGATE_MAX_BODY_BYTES (NDJSON, CSV) or FACTGATE_MAX_JSON_BODY_BYTES "
+                    "(JSON), or (type `quota_exceeded`, field `max_items_per_job`) more items than the "
+                    "tenant's quota allows in one job (counted while the body streams). Nothing is stored."
                 ),
-                "415": _error("Content-Type is neither application/json nor application/x-ndjson."),
+                "415": _error("Content-Type is none of application/json, application/x-ndjson, text/csv."),
                 "429": _error(
                     "Type `quota_exceeded`: the tenant has as many live jobs as `max_active_jobs` allows, or "
                     "has spent its `daily_budget_usd` / `monthly_budget_usd`. `field` names the quota; "
@@ -773,10 +808,14 @@ PATHS: dict[str, Any] = {
             "summary": "Results, streamed in input order",
             "description": (
                 "Streams whatever exists: while the job runs, unfinished claims appear with status "
-                "`pending`/`running` and no verdict (no 409). NDJSON: one `ClaimResult` per claim; for "
-                "answer and quote jobs one `QuestionResult` per question. "
+                "`pending`/`running` and no verdict (no 409). Read in short keyset chunks (no transaction "
+                "is held while the client reads). NDJSON: one `ClaimResult` per claim; for answer and "
+                "quote jobs one `QuestionResult` per question; the last line is always `ExportEnd` "
+                "(without it the transfer was cut short: resume with `?after=`). "
                 "CSV (`?format=csv`, sent as an attachment): one row per claim per mode with columns "
-                "custom_id, mode, status, p, verdict, label, request_id, error."
+                "custom_id, mode, status, p, verdict, label, request_id, error (answer and quote: one row "
+                "per question); the last row is `#end,<number of data rows>`. Cells that a spreadsheet "
+                "would run as a formula get a leading apostrophe."
             ),
             "parameters": [
                 JOB_ID,
@@ -785,17 +824,30 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {"type": "string", "enum": ["ndjson", "csv"], "default": "ndjson"},
                 },
+                {
+                    "name": "after",
+                    "in": "query",
+                    "description": "NDJSON only: resume after the row with this `custom_id` (the last "
+                    "line received); 400 when the job has no such row.",
+                    "schema": {"type": "string", "minLength": 1},
+                },
             ],
             "responses": {
                 "200": {
                     "description": "The results.",
                     "headers": JOB_STATUS_HEADER,
                     "content": {
-                        NDJSON: {"schema": {"oneOf": [_ref("ClaimResult"), _ref("QuestionResult")]}},
+                        NDJSON: {
+                            "schema": {
+                                "oneOf": [_ref("ClaimResult"), _ref("QuestionResult"), _ref("ExportEnd")]
+                            }
+                        },
                         "text/csv": {"schema": {"type": "string"}},
                     },
                 },
-                "400": _error("Unknown format or query parameter."),
+                "400": _error(
+                    "Unknown format or query parameter; `after` with format=csv, or naming no row of the job."
+                ),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
                 "409": _error("This job kind has no results export yet."),
@@ -809,9 +861,10 @@ PATHS: dict[str, Any] = {
             "parameters": [JOB_ID],
             "responses": {
                 "200": {
-                    "description": "One `ItemError` per line (empty when nothing failed).",
+                    "description": "One `ItemError` per line, then the `ExportEnd` line (only that line "
+                    "when nothing failed).",
                     "headers": JOB_STATUS_HEADER,
-                    "content": {NDJSON: {"schema": _ref("ItemError")}},
+                    "content": {NDJSON: {"schema": {"oneOf": [_ref("ItemError"), _ref("ExportEnd")]}}},
                 },
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,

@@ -126,8 +126,9 @@ def test_status_results_and_cancel_read_the_local_jobs(
 
     out = tmp_path / "results.ndjson"
     results = cli("results", job_id, "-o", str(out), env=env)
-    assert results.returncode == 0 and f"wrote 6 lines to {out}" in results.stderr
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert results.returncode == 0 and f"wrote 7 lines to {out}" in results.stderr
+    *lines, end = [json.loads(line) for line in out.read_text().splitlines()]
+    assert end == {"_end": {"count": 6, "after": None, "last_id": lines[-1]["custom_id"]}}
     assert [r["custom_id"] for r in lines] == [r["id"] for r in SIX]
     assert set(lines[0]["results"]) == {"ungrounded", "grounded"}
     csv = cli("results", job_id, "--format", "csv", env=env)
@@ -262,7 +263,7 @@ def test_serve_runs_the_api_and_a_worker_in_one_process(
             log=log,
         )
         results = cli("results", job_id, env=remote)
-        assert len(results.stdout.splitlines()) == 6
+        assert len(results.stdout.splitlines()) == 7  # six claims and the end line
         bad = cli("status", job_id, env={**remote, "FACTGATE_TOKEN": "fg_not-a-token"})
         assert bad.returncode == 2 and "rejected the token" in bad.stderr
         # The embedded store counted the limiter's waits; /metrics shows them and the finished job.

@@ -13,10 +13,7 @@ the jobs/ state functions a worker uses, finalized with maybe_finalize — no wo
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
-import io
-import json
 import re
 import uuid
 from typing import Any
@@ -27,6 +24,7 @@ from sqlalchemy import func, select
 
 from models import ApiCall, Item, Job
 from tests.e2e.builders import claim_output, finalize, settle, submit_claims
+from tests.integration.export_files import csv_records, ndjson_records
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
     WebEnv,
@@ -459,12 +457,12 @@ def test_results_downloads(web: WebEnv, caller: Caller) -> None:
     resp = web.client.get(f"/jobs/{job_id}/results.ndjson")
     assert resp.status_code == 200
     assert resp.headers["Content-Disposition"].startswith("attachment;")
-    lines = [json.loads(line) for line in resp.get_data(as_text=True).splitlines()]
+    lines = ndjson_records(resp.get_data(as_text=True))
     assert [line["custom_id"] for line in lines] == [r["id"] for r in ROWS]
     assert lines[1]["results"]["ungrounded"]["p"] == 0.85
     resp = web.client.get(f"/jobs/{job_id}/results.csv")
     assert resp.mimetype == "text/csv"
-    rows = list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    rows = csv_records(resp.get_data(as_text=True))
     assert len(rows) == 8
     assert {r["verdict"] for r in rows} == {"supported", "contradicted", "review"}
 
@@ -502,5 +500,5 @@ def test_unknown_kind_downloads_and_items(web: WebEnv, caller: Caller) -> None:
     # A running job's report file is not offered yet, but the results download streams what exists.
     page = html(web.client.get(f"/jobs/{job_id}"))
     assert "Report HTML" not in page
-    lines = web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True).splitlines()
-    assert len(lines) == 4 and all(json.loads(x)["results"]["grounded"]["status"] == "pending" for x in lines)
+    lines = ndjson_records(web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True))
+    assert len(lines) == 4 and all(x["results"]["grounded"]["status"] == "pending" for x in lines)
