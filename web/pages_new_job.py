@@ -5,12 +5,12 @@ registered on that blueprint). The form is `multipart/form-data`: a file (NDJSON
 header names the kind's columns), a paste box used when no file is chosen, the kind, and the kind's
 options. Success is a 303 to the job's page, which follows progress live and shows the report.
 
-Rows go through the API's own intake, not a parser of the page's: NDJSON and CSV through the line-by-line
-path of `POST /v1/jobs` with `application/x-ndjson` (CSV records become those lines in
-checks/csv_rows.py, on the lines they came from), JSON through the JSON path. Werkzeug spools a large
-uploaded file to disk, and it is read from there line by line, so a big file is never held in memory.
-Every call into intake is in `submit_upload`, so that it can be pointed at a single streaming intake
-entry point without touching the rest of the page.
+Rows go through the API's own intake, not a parser of the page's: NDJSON and CSV files through
+`web/intake.py:submit_stream`, the streamed path of `POST /v1/jobs` (checked as they are read and, on
+Postgres, copied into the job's items as they stream; CSV records are checked as the NDJSON lines they
+stand for, on their own line numbers), JSON files through the JSON path. Werkzeug spools a large uploaded
+file to disk and it is read from there, so a big file is never held in memory. Every call into intake is
+in `submit_upload`.
 
 Any problem re-shows the form with what the user chose (a browser never re-fills a file input) and an
 error summary naming the line and field, with the API's status (400, or 413/429 for a quota); nothing
@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from flask import flash, redirect, render_template, request, url_for
+from sqlalchemy.orm import Session
 from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN
-from checks.csv_rows import CsvError, csv_ndjson_lines
 from checks.fairness import PRIORITIES
 from checks.ndjson import MAX_ERRORS_KEPT
 from checks.options import CLAIMS_MODES, CLAIMS_OPTION_NAMES, QUESTIONS_OPTION_NAMES
@@ -40,9 +40,9 @@ from jobs.intake import create_job
 from jobs.quotas import QuotaExceeded, check_items, check_submission
 from models import Job, Tenant, utcnow
 from web.auth import current_tenant
-from web.body import Readable, iter_body_lines, read_json_body
+from web.body import Readable, read_json_body
 from web.errors import ApiError, invalid
-from web.intake import KINDS, PreparedJob, loads_strict, prepare_json, prepare_ndjson
+from web.intake import KINDS, loads_strict, prepare_json, submit_stream
 from web.session import db_session, resources, settings
 from workers.api import enqueue_start
 
@@ -88,12 +88,56 @@ def submit_upload(upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
     """Validate, store and start the job, exactly as `POST /v1/jobs` does; raise ApiError (a bad file or
     option) or QuotaExceeded, having stored nothing.
 
-    This is the page's only call into intake. When intake offers one streaming entry point taking kind,
-    options, stream, content type, tenant and settings, this body becomes that call.
+    This is the page's only call into intake. NDJSON and CSV files go through the API's own streaming
+    entry point (`web/intake.py:submit_stream`: rows checked as they are read and, on Postgres, copied
+    into the job's items as they stream), with the form's kind, options and metadata as its parameters.
+    A JSON file is one document: it is read whole within the JSON body limit and checked by the API's JSON
+    intake (`prepare_json`), after the form's kind and options are put around its rows.
     """
     session = db_session()
+    try:
+        if upload.fmt == "json":
+            job = _submit_json(session, upload, tenant, cfg)
+        else:
+            params = [("kind", upload.kind), *upload.options.items()]
+            if upload.metadata:
+                params.append(("metadata", json.dumps(upload.metadata, ensure_ascii=False)))
+            job = submit_stream(
+                session,
+                tenant=tenant,
+                settings=cfg,
+                body_format="csv" if upload.fmt == "csv" else "ndjson",
+                params=params,
+                stream=upload.stream,
+                simulated=cfg.uses_simulator,
+            ).job
+    except BaseException:
+        session.rollback()  # a load stopped half-way: none of it may be committed
+        raise
+    session.commit()
+    # Only after commit, as in the API: a broker outage leaves the job queued for the sweeper.
+    try:
+        enqueue_start(resources().celery, job.id)
+    except Exception:
+        log.exception("could not enqueue start_job for job %s; the sweeper will start it", job.id)
+    return job
+
+
+def _submit_json(session: Session, upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
+    """A JSON file (an array of rows, or an object with `items`) through the API's JSON intake."""
     check_submission(session, tenant, utcnow())
-    prepared = _prepare(upload, cfg)
+    try:
+        document = read_json_body(
+            min(cfg.max_body_bytes, cfg.max_json_body_bytes),
+            loads=loads_strict,
+            stream=upload.stream,
+            hint="; upload large batches as NDJSON or CSV, which are read line by line",
+        )
+    except ApiError as exc:
+        # The reader's own messages speak of the request body; here the body is the file.
+        exc.message = exc.message.replace("request body", "the JSON file", 1)
+        raise
+    prepared = prepare_json(_json_body(upload, document), cfg)
     check_items(tenant, len(prepared.units))
     job, _created = create_job(
         session,
@@ -105,40 +149,7 @@ def submit_upload(upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
         warnings=prepared.warnings,
         simulated=cfg.uses_simulator,
     )
-    session.commit()
-    # Only after commit, as in the API: a broker outage leaves the job queued for the sweeper.
-    try:
-        enqueue_start(resources().celery, job.id)
-    except Exception:
-        log.exception("could not enqueue start_job for job %s; the sweeper will start it", job.id)
     return job
-
-
-def _prepare(upload: Upload, cfg: Settings) -> PreparedJob:
-    """The API's intake functions on the uploaded rows (JSON whole, NDJSON and CSV line by line)."""
-    if upload.fmt == "json":
-        try:
-            document = read_json_body(
-                min(cfg.max_body_bytes, cfg.max_json_body_bytes),
-                loads=loads_strict,
-                stream=upload.stream,
-                hint="; upload large batches as NDJSON or CSV, which are read line by line",
-            )
-        except ApiError as exc:
-            # The reader's own messages speak of the request body; here the body is the file.
-            exc.message = exc.message.replace("request body", "the JSON file", 1)
-            raise
-        return prepare_json(_json_body(upload, document), cfg)
-    args = {"kind": upload.kind, **upload.options}
-    if upload.metadata:
-        args["metadata"] = json.dumps(upload.metadata, ensure_ascii=False)
-    lines = (line for _n, line in iter_body_lines(upload.stream, cfg.max_body_bytes))
-    if upload.fmt == "csv":
-        try:
-            return prepare_ndjson(args, csv_ndjson_lines(lines, upload.kind), cfg)
-        except CsvError as exc:
-            raise invalid(str(exc), field=exc.field, line=exc.line) from None
-    return prepare_ndjson(args, lines, cfg)
 
 
 def _json_body(upload: Upload, document: object) -> dict[str, Any]:
