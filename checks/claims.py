@@ -20,6 +20,7 @@ from checks.ndjson import (
     Appender,
     RowCollector,
     RowError,
+    RowLine,
     Unit,
     feed_ndjson,
     show_value,
@@ -260,7 +261,7 @@ class _Checker(RowCollector):
 
 
 def parse_ndjson_lines(
-    lines: Iterable[str | bytes],
+    lines: Iterable[RowLine],
     *,
     max_rows: int = DEFAULT_MAX_ROWS,
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES,
@@ -278,7 +279,7 @@ def parse_ndjson_lines(
 
 
 def stream_rows(
-    lines: Iterable[bytes],
+    lines: Iterable[RowLine],
     rows: Appender[ClaimRow],
     *,
     max_rows: int = DEFAULT_MAX_ROWS,
