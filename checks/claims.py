@@ -285,7 +285,7 @@ def stream_rows(
     max_rows: int = DEFAULT_MAX_ROWS,
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES,
 ) -> int:
-    """Validate an NDJSON batch line by line (a CSV one through `checks/csv_rows.py:csv_ndjson_lines`),
+    """Validate an NDJSON batch line by line (a CSV one through `checks/csv_rows.py:csv_records`),
     handing each valid row to `rows` as it is read (until the first problem: from then on only problems
     are collected). Returns the number of rows; raises ClaimsValidationError, with the same messages as
     `parse_ndjson_lines`, naming lines from 1."""
