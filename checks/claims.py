@@ -20,6 +20,7 @@ from checks.ndjson import (
     Appender,
     RowCollector,
     RowError,
+    RowLine,
     Unit,
     feed_ndjson,
     show_value,
@@ -260,7 +261,7 @@ class _Checker(RowCollector):
 
 
 def parse_ndjson_lines(
-    lines: Iterable[str | bytes],
+    lines: Iterable[RowLine],
     *,
     max_rows: int = DEFAULT_MAX_ROWS,
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES,
@@ -278,13 +279,13 @@ def parse_ndjson_lines(
 
 
 def stream_rows(
-    lines: Iterable[bytes],
+    lines: Iterable[RowLine],
     rows: Appender[ClaimRow],
     *,
     max_rows: int = DEFAULT_MAX_ROWS,
     max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES,
 ) -> int:
-    """Validate an NDJSON batch line by line (a CSV one through `checks/csv_rows.py:csv_ndjson_lines`),
+    """Validate an NDJSON batch line by line (a CSV one through `checks/csv_rows.py:csv_records`),
     handing each valid row to `rows` as it is read (until the first problem: from then on only problems
     are collected). Returns the number of rows; raises ClaimsValidationError, with the same messages as
     `parse_ndjson_lines`, naming lines from 1."""

@@ -98,7 +98,16 @@ def _row(header: list[str], cells: list[str], required: tuple[str, ...]) -> dict
 
 
 def csv_ndjson_lines(lines: Iterable[bytes | str], kind: str) -> Iterator[bytes]:
-    """NDJSON lines (bytes, no newline) for the CSV `lines` of a `kind` upload, one per line read.
+    """NDJSON lines (bytes, no newline) for the CSV `lines` of a `kind` upload, one per line read: the
+    records of `csv_records` as JSON text (blank for a line that starts no record)."""
+    for record in csv_records(lines, kind):
+        yield b"" if record is None else json.dumps(record, ensure_ascii=False).encode("utf-8")
+
+
+def csv_records(lines: Iterable[bytes | str], kind: str) -> Iterator[dict[str, object] | None]:
+    """The object each NDJSON line would hold for the CSV `lines` of a `kind` upload, one per line read
+    (None for the header, a blank line and the other lines of a record spanning several): the kind's row
+    checker takes them as they are (`checks.ndjson.feed_ndjson`), with no JSON text in between.
 
     Raises CsvError at the first problem only CSV can have; row problems (a missing claim, a bad label)
     are left to the kind's row checker, which then names the same line.
@@ -119,17 +128,17 @@ def csv_ndjson_lines(lines: Iterable[bytes | str], kind: str) -> Iterator[bytes]
         consumed = reader.line_num
         if header is None:
             header = _header(cells, kind)
-            record: bytes = b""
+            record: dict[str, object] | None = None
         elif not cells or (len(cells) == 1 and not cells[0].strip()):
-            record = b""  # a blank line: skipped, like a blank NDJSON line
+            record = None  # a blank line: skipped, like a blank NDJSON line
         elif len(cells) != len(header):
             raise CsvError(start, None, f"has {len(cells)} fields; the header has {len(header)}")
         else:
-            record = json.dumps(_row(header, cells, required), ensure_ascii=False).encode("utf-8")
+            record = _row(header, cells, required)
         # Blank lines up to where the record starts (the previous record's other lines), then the record.
         while produced < start - 1:
             produced += 1
-            yield b""
+            yield None
         produced += 1
         yield record
     if header is None:

@@ -16,6 +16,11 @@ from typing import Any, Literal, Protocol, TypeVar
 MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
 
 Unit = Literal["line", "item"]
+# One line of an upload as `feed_ndjson` takes it: the raw NDJSON line (bytes or text), or, for a CSV
+# upload, the record already read into the object its NDJSON line would hold (None for a line that starts
+# no record). CSV records are handed over as objects so that a million-row CSV is not turned into JSON
+# text only to be parsed again.
+RowLine = str | bytes | dict[str, object] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +124,18 @@ class RowSink(Protocol):
     def check(self, line: int, obj: object) -> None: ...
 
 
-def feed_ndjson(lines: Iterable[str | bytes], sink: RowSink) -> None:
-    """Decode every line and pass it to `sink`, reporting undecodable lines by number."""
+def feed_ndjson(lines: Iterable[RowLine], sink: RowSink) -> None:
+    """Decode every line and pass it to `sink`, reporting undecodable lines by number (an object, a CSV
+    record already read, goes to `sink` as it is; None is a blank line)."""
     decode = json.JSONDecoder().decode
     for number, raw in enumerate(lines, 1):
+        if raw is None:
+            continue
+        if isinstance(raw, dict):
+            if sink.over_limit(number):
+                break
+            sink.check(number, raw)
+            continue
         if isinstance(raw, bytes):
             try:
                 text = raw.decode("utf-8")

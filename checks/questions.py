@@ -16,6 +16,7 @@ from checks.ndjson import (
     UNPRINTABLE_ID,
     Appender,
     RowCollector,
+    RowLine,
     Unit,
     feed_ndjson,
     show_value,
@@ -130,7 +131,7 @@ class _Checker(RowCollector):
 
 
 def parse_question_lines(
-    lines: Iterable[str | bytes], *, max_rows: int = DEFAULT_MAX_QUESTIONS
+    lines: Iterable[RowLine], *, max_rows: int = DEFAULT_MAX_QUESTIONS
 ) -> list[QuestionRow]:
     """Validate an NDJSON batch of questions, all or nothing (1-based lines; blank lines skipped but
     counted; a byte-order mark on line 1 ignored). Raises QuestionsValidationError."""
@@ -140,7 +141,7 @@ def parse_question_lines(
 
 
 def stream_question_rows(
-    lines: Iterable[bytes],
+    lines: Iterable[RowLine],
     rows: Appender[QuestionRow],
     *,
     max_rows: int = DEFAULT_MAX_QUESTIONS,

@@ -7,8 +7,15 @@ row and mode, with their input document, position and dedupe key computed by Pos
 is dropped at commit, and everything (job row, staging, items) goes with a rollback: a batch that fails
 validation half-way stores nothing.
 
-Only a request repeated within the job keeps its dedupe key, as in `jobs.intake.create_job`: a window
-count over the job's rows decides it, and the repeats are pointed at their first item in SQL.
+Only a request repeated within the job keeps its dedupe key, as in `jobs.intake.create_job`: the staged
+claims that occur more than once are grouped (hashed, not sorted) and joined back, and the repeats are
+pointed at their first item in SQL. The items are inserted in the order the plan yields them, with no sort:
+their `position` is explicit, and every reader orders by it through an index.
+
+Measured on 1,000,000 staged rows (EXPLAIN ANALYZE, machine under load): the former window count sorted
+every row by claim and then again by row (two external merge sorts; 21 s for the SELECT); the hashed group
+and join do neither (8.5 s). `work_mem` is raised for this transaction alone (`SET LOCAL`), so the grouping
+mostly stays in memory.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ if TYPE_CHECKING:
     import psycopg
 
 COPY_BATCH_ROWS = 5_000
+# The memory one sort or hash of the load's statement may take before it spills to disk, for the load's
+# transaction only: 1,000,000 staged claims group in ~100 MB (hash_mem_multiplier 2 × this).
+LOAD_WORK_MEM = "64MB"
 _STAGING = "intake_rows"
 _CREATE_STAGING = (
     f"CREATE TEMP TABLE {_STAGING} (row integer NOT NULL, id text NOT NULL, body text NOT NULL, "
@@ -116,17 +126,21 @@ def insert_claim_items(session: Session, job_id: uuid.UUID, *, model: str, modes
     values = ", ".join(f"({i}, :mode{i})" for i in range(len(modes)))
     params: dict[str, Any] = {"job": job_id, "model": model, "n": len(modes)}
     params.update({f"mode{i}": mode for i, mode in enumerate(modes)})
+    _raise_work_mem(session)
     result = session.execute(
         text(
             # Only module constants and placeholders are interpolated; every value is a bound parameter.
+            # A claim repeated in the staging table is repeated in every mode, so one grouping serves all.
             "INSERT INTO items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts, "  # noqa: S608
             "dedupe_key) "
             "SELECT :job, 'claim', s.row * :n + m.i, s.id, m.mode, 'decisions', "
             "jsonb_build_object('claim', s.body, 'label', s.label, 'kind', s.kind, 'source', s.source, "
             "'in_query', s.in_query), 'pending', 0, "
-            f"CASE WHEN count(*) OVER (PARTITION BY m.mode, s.body) > 1 THEN {_DEDUPE} END "
-            f"FROM {_STAGING} s CROSS JOIN (VALUES {values}) AS m(i, mode) "
-            "ORDER BY s.row, m.i"
+            f"CASE WHEN r.body IS NOT NULL THEN {_DEDUPE} END "
+            f"FROM {_STAGING} s "
+            f"LEFT JOIN (SELECT body FROM {_STAGING} GROUP BY body HAVING count(*) > 1) AS r "
+            "ON r.body = s.body "
+            f"CROSS JOIN (VALUES {values}) AS m(i, mode)"
         ),
         params,
     )
@@ -142,11 +156,17 @@ def insert_question_items(
             "INSERT INTO items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts) "  # noqa: S608
             "SELECT :job, :stage, s.row, s.id, '', :endpoint, "
             "jsonb_build_object('kind', CAST(:kind AS text), 'question', s.body), 'pending', 0 "
-            f"FROM {_STAGING} s ORDER BY s.row"
+            f"FROM {_STAGING} s"
         ),
         {"job": job_id, "stage": stage, "endpoint": endpoint, "kind": kind},
     )
     return int(cast("CursorResult[Any]", result).rowcount)
+
+
+def _raise_work_mem(session: Session) -> None:
+    """`work_mem` for the rest of this transaction only (SET LOCAL ends with it): the load's grouping of
+    claims then runs in memory instead of in temporary files."""
+    session.execute(text(f"SET LOCAL work_mem = '{LOAD_WORK_MEM}'"))
 
 
 def link_repeats(session: Session, job_id: uuid.UUID) -> None:

@@ -44,6 +44,11 @@ ITEM_TERMINAL_STATUSES = ("done", "failed", "skipped")
 # Conditions of the scheduler's partial indexes (also in migration 0003).
 READY_SQL = "status = 'pending' AND enqueued_at IS NULL AND duplicate_of IS NULL"
 IN_FLIGHT_SQL = "enqueued_at IS NOT NULL AND status IN ('pending', 'running')"
+# Conditions of the partial indexes that describe a small subset of the items (also in migration 0008): a
+# bulk intake of new top-level pending items without a dedupe key writes no entry into any of them.
+DEDUPED_SQL = "dedupe_key IS NOT NULL"
+CHILD_SQL = "parent_id IS NOT NULL"
+RUNNING_SQL = "status = 'running'"
 # A claim item's answered probability and its label as plain columns, generated from the JSON the workers
 # write (also in migration 0007, with the SQLite spelling): the report's scorecards, cutoff replay,
 # calibration and filters read these through one covering index instead of every item's output. Only a
@@ -119,8 +124,25 @@ class Item(Base):
         UniqueConstraint("job_id", "custom_id", "mode"),
         Index("ix_items_job_status", "job_id", "status"),
         Index("ix_items_job_position", "job_id", "position"),
-        Index("ix_items_job_dedupe", "job_id", "dedupe_key"),
-        Index("ix_items_status_lease", "status", "lease_until"),
+        # Only repeated requests keep a dedupe key, only child items have a parent and the sweeper only
+        # reads running items' leases: each index holds just those rows. Every query reading them names a
+        # value its condition implies (`dedupe_key = …`, `parent_id = …`, `status = 'running'`).
+        Index(
+            "ix_items_job_dedupe",
+            "job_id",
+            "dedupe_key",
+            postgresql_where=text(DEDUPED_SQL),
+            sqlite_where=text(DEDUPED_SQL),
+        ),
+        Index(
+            "ix_items_parent_id", "parent_id", postgresql_where=text(CHILD_SQL), sqlite_where=text(CHILD_SQL)
+        ),
+        Index(
+            "ix_items_running_lease",
+            "lease_until",
+            postgresql_where=text(RUNNING_SQL),
+            sqlite_where=text(RUNNING_SQL),
+        ),
         # What the scheduler reads many times a second: a job's dispatchable items of one endpoint in
         # order, and the items in flight (dispatched, not settled) per upstream scope. Partial, so both
         # stay the size of the work they describe, not of the table.
@@ -153,9 +175,7 @@ class Item(Base):
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
-    parent_id: Mapped[int | None] = mapped_column(
-        ForeignKey("items.id", ondelete="CASCADE"), default=None, index=True
-    )
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), default=None)
     # claim | question | sentence | investigation | result | compare
     stage: Mapped[str] = mapped_column(String(16))
     # The upstream endpoint of the item's first call (decisions | agent | search): with the job's key it

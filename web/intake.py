@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
 from checks import questions as question_rules
-from checks.csv_rows import CsvError, csv_ndjson_lines
+from checks.csv_rows import CsvError, csv_records
+from checks.ndjson import RowLine
 from checks.options import OptionsError, parse_claims_options, parse_questions_options
 from config import Settings
 from jobs import bulk_load
@@ -69,7 +70,7 @@ class KindIntake(Protocol):
         """Validated options (any object); called before the body is read."""
         ...
 
-    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows: ...
+    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows: ...
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows: ...
 
@@ -79,7 +80,7 @@ class KindIntake(Protocol):
         job: Job,
         *,
         options: Any,
-        lines: Iterable[bytes],
+        lines: Iterable[RowLine],
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
@@ -160,7 +161,7 @@ class ClaimsIntake:
         units, warnings = claim_units(rows, options)
         return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
 
-    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
+    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
         try:
             rows = claim_rules.parse_ndjson_lines(
                 lines, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
@@ -175,7 +176,7 @@ class ClaimsIntake:
         job: Job,
         *,
         options: Any,
-        lines: Iterable[bytes],
+        lines: Iterable[RowLine],
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
@@ -265,7 +266,7 @@ class QuestionsIntake:
     def _units(self, options: Any, rows: list[question_rules.QuestionRow]) -> PreparedRows:
         return PreparedRows(options=options.as_dict(), units=question_units(rows, self.kind), warnings=[])
 
-    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
+    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
         try:
             rows = question_rules.parse_question_lines(lines, max_rows=settings.max_rows_per_job)
         except question_rules.QuestionsValidationError as exc:
@@ -278,7 +279,7 @@ class QuestionsIntake:
         job: Job,
         *,
         options: Any,
-        lines: Iterable[bytes],
+        lines: Iterable[RowLine],
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
@@ -441,7 +442,7 @@ def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, di
     return kind, intake, options, metadata
 
 
-def prepare_ndjson(args: Mapping[str, str], lines: Iterator[bytes], settings: Settings) -> PreparedJob:
+def prepare_ndjson(args: Mapping[str, str], lines: Iterator[RowLine], settings: Settings) -> PreparedJob:
     """An NDJSON submission: rows from `lines`, everything else from the query string."""
     kind, intake, options, metadata = ndjson_submission(args)
     prepared = intake.from_lines(options, lines, settings)
@@ -550,11 +551,12 @@ def submit_stream(
     return Submission(job, True, fingerprint.hexdigest())
 
 
-def _row_lines(body_format: BodyFormat, kind: str, body: Readable, limit: int) -> Iterator[bytes]:
-    """The body's rows as NDJSON lines, read lazily: a CSV body's records become the NDJSON line each
-    would be, on the line number it starts on (checks/csv_rows.py), so one checker serves both."""
+def _row_lines(body_format: BodyFormat, kind: str, body: Readable, limit: int) -> Iterator[RowLine]:
+    """The body's rows as NDJSON lines, read lazily: a CSV body's records become the object each NDJSON
+    line would hold, on the line number it starts on (checks/csv_rows.py), so one checker serves both
+    without turning every CSV record into JSON text to parse again."""
     lines = (line for _n, line in iter_body_lines(body, limit))
-    return csv_ndjson_lines(lines, kind) if body_format == "csv" else lines
+    return csv_records(lines, kind) if body_format == "csv" else lines
 
 
 def csv_error(exc: CsvError) -> Exception:

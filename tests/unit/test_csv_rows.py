@@ -8,7 +8,7 @@ import pytest
 
 from checks import claims as claim_rules
 from checks import questions as question_rules
-from checks.csv_rows import CsvError, csv_ndjson_lines
+from checks.csv_rows import CsvError, csv_ndjson_lines, csv_records
 
 
 def rows(lines: list[bytes], kind: str = "claims") -> list[object]:
@@ -48,6 +48,23 @@ def test_row_problems_are_named_by_the_checker_on_the_csv_line() -> None:
     messages = [str(e) for e in caught.value.errors]
     assert 'line 3: field "claim": must not be empty' in messages
     assert any(m.startswith('line 3: field "label": must be true or false') for m in messages)
+
+
+def test_records_reach_the_checker_as_objects_with_the_same_lines_and_messages() -> None:
+    """The streamed intake hands the checker CSV records as objects (no JSON text in between): the same
+    rows on the same lines as through the NDJSON text, and the same errors."""
+    lines = [b"id,claim,label", b'a,"two', b'lines",true', b"", b"b,,maybe", b"c,Git is old,"]
+    assert list(csv_records(lines, "claims")) == rows(lines)
+    errors = []
+    for produce in (csv_records, csv_ndjson_lines):
+        with pytest.raises(claim_rules.ClaimsValidationError) as caught:
+            claim_rules.stream_rows(produce(lines, "claims"), [], max_rows=10, max_claim_bytes=4096)
+        errors.append([str(e) for e in caught.value.errors])
+    assert errors[0] == errors[1]
+    assert 'line 5: field "claim": must not be empty' in errors[0]
+    kept: list[claim_rules.ClaimRow] = []
+    assert claim_rules.stream_rows(csv_records(lines[:4], "claims"), kept, max_rows=10) == 1
+    assert (kept[0].id, kept[0].claim, kept[0].label) == ("a", "two\nlines", True)
 
 
 def test_question_rows_are_checked_on_their_line_too() -> None:
