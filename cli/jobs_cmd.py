@@ -179,7 +179,8 @@ def results(job_id: str, output: Path | None, fmt: str, server: str | None, toke
             raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None
         finally:
             tmp.unlink(missing_ok=True)
-    click.echo(f"wrote {count:,} lines to {output}", err=True)
+    # The file keeps the end line (so it can be checked again later); the count leaves it out.
+    click.echo(f"wrote {count - 1:,} lines to {output}, then the end line", err=True)
 
 
 def _check_complete(job_id: str, fmt: str, last: str) -> None:

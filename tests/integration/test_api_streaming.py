@@ -295,30 +295,37 @@ def test_csv_export_ends_with_its_row_count(web: WebEnv, caller: Caller) -> None
 
 
 @pytest.fixture
-def slow_db_web(web_settings: dict[str, Any], memory_celery: Celery) -> Iterator[WebEnv]:
-    """An app on its own database whose sessions end any transaction left idle for more than 1 s."""
+def own_db_web(web_settings: dict[str, Any], memory_celery: Celery) -> Iterator[WebEnv]:
+    """An app on a database of its own, whose settings a test may change."""
     url = create_pg_database(migrated=True)
     env = make_env({**web_settings, "database_url": url}, memory_celery)
     try:
-        with env.sessions() as s:
-            name = s.execute(text("SELECT current_database()")).scalar_one()
-            s.execute(text(f"ALTER DATABASE \"{name}\" SET idle_in_transaction_session_timeout = '1s'"))
-            s.commit()
-        env.app.extensions["factgate"].engine.dispose()  # new connections take the setting
         yield env
     finally:
         env.app.extensions["factgate"].engine.dispose()
         drop_pg_database(url)
 
 
-def test_export_read_slower_than_the_idle_transaction_timeout_is_complete(slow_db_web: WebEnv) -> None:
-    """The reader pauses 1.5 s inside each 1,000-item chunk: a transaction held across the transfer would
-    be ended by Postgres after 1 s (and the file silently cut); short per-chunk sessions are not."""
-    web = slow_db_web
-    caller = web.new_caller()
-    jid = claims_job(web, caller, 2_500)
+def end_idle_transactions_after_1s(web: WebEnv) -> None:
+    """From now on, Postgres ends any transaction of the app's left idle for more than 1 s."""
+    with web.sessions() as s:
+        name = s.execute(text("SELECT current_database()")).scalar_one()
+        s.execute(text(f"ALTER DATABASE \"{name}\" SET idle_in_transaction_session_timeout = '1s'"))
+        s.commit()
+    web.app.extensions["factgate"].engine.dispose()  # new connections take the setting
     with web.sessions() as s:
         assert s.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one() == "1s"
+
+
+def test_export_read_slower_than_the_idle_transaction_timeout_is_complete(own_db_web: WebEnv) -> None:
+    """The reader pauses 1.5 s inside each 1,000-item chunk: a transaction held across the transfer would
+    be ended by Postgres after 1 s (and the file silently cut); short per-chunk sessions are not. The
+    timeout is set after the job is stored: the upload is not what this test measures (on a busy machine
+    its own transaction could sit idle for a second between reads of the body)."""
+    web = own_db_web
+    caller = web.new_caller()
+    jid = claims_job(web, caller, 2_500)
+    end_idle_transactions_after_1s(web)
     resp = web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers, buffered=False)
     received: list[str] = []
     for piece in resp.response:

@@ -126,7 +126,7 @@ def test_status_results_and_cancel_read_the_local_jobs(
 
     out = tmp_path / "results.ndjson"
     results = cli("results", job_id, "-o", str(out), env=env)
-    assert results.returncode == 0 and f"wrote 7 lines to {out}" in results.stderr
+    assert results.returncode == 0 and f"wrote 6 lines to {out}, then the end line" in results.stderr
     *lines, end = [json.loads(line) for line in out.read_text().splitlines()]
     assert end == {"_end": {"count": 6, "after": None, "last_id": lines[-1]["custom_id"]}}
     assert [r["custom_id"] for r in lines] == [r["id"] for r in SIX]

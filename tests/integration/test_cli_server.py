@@ -131,8 +131,10 @@ def test_submit_status_results_and_idempotency(server: Server, tmp_path: Path) -
     assert f"page: {server.url}/jobs/{job_id}" in status.stdout
     out = tmp_path / "r.ndjson"
     got = cli("results", job_id, "-o", str(out), env=server.env)
-    assert got.returncode == 0 and "wrote 24 lines" in got.stderr
-    assert {json.loads(line)["custom_id"] for line in out.read_text().splitlines()} >= {"s01", "r16"}
+    assert got.returncode == 0 and "wrote 24 lines" in got.stderr and "then the end line" in got.stderr
+    *lines, end = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {line["custom_id"] for line in lines} >= {"s01", "r16"}
+    assert end["_end"]["count"] == len(lines) == 24
 
 
 def test_cancel_a_running_job(server: Server) -> None:
