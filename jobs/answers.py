@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from checks import answers as gate
+from checks.kinds._questions import as_report
+from checks.kinds.answer import AnswerResult, AnswerSummary
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec
@@ -329,7 +331,7 @@ def _model_fields(job: Job) -> dict[str, Any]:
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
     """The question's report (shape: docs/spec.md §6), from stored items only.
 
-    `incomplete` is what jobs/flows.py passes when the job was cancelled before every planned step of this
+    `incomplete` is what jobs/stages.py passes when the job was cancelled before every planned step of this
     question ran (planned items never created, or pending ones skipped by the cancel); it adds a
     `cancelled` entry to `incomplete_steps`. Every other missing step is read from the children.
     """
@@ -614,7 +616,7 @@ SUMMARY_TOTALS = (
 OUTCOMES = ("done", "failed", "skipped", "incomplete")
 
 
-def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
+def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> AnswerSummary:
     """Totals over every question: (report status, report summary) pairs; missing reports count as none.
 
     `outcomes.done` counts only questions where every step ran; `incomplete_steps` counts the steps that
@@ -637,15 +639,14 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
                 target[label] = target.get(label, 0) + int(n)
     totals["seconds"] = round(float(totals["seconds"]), 1)
     order: dict[str, int] = {label: i for i, label in enumerate(gate.LABELS)}
-    return {
-        "kind": "answer",
-        "questions": questions,
-        "outcomes": outcomes,
-        "incomplete_steps": steps,
-        "totals": {k: (v if k == "seconds" else int(v)) for k, v in totals.items()},
-        "before": dict(sorted(before.items(), key=lambda kv: order.get(kv[0], 99))),
-        "after": dict(sorted(after.items(), key=lambda kv: order.get(kv[0], 99))),
-    }
+    return AnswerSummary(
+        questions=questions,
+        outcomes=outcomes,
+        incomplete_steps=steps,
+        totals={k: (v if k == "seconds" else int(v)) for k, v in totals.items()},
+        before=dict(sorted(before.items(), key=lambda kv: order.get(kv[0], 99))),
+        after=dict(sorted(after.items(), key=lambda kv: order.get(kv[0], 99))),
+    )
 
 
 def answer_text(final: Mapping[str, Any]) -> str:
@@ -661,37 +662,29 @@ def answer_text(final: Mapping[str, Any]) -> str:
     return "\n\n".join(paragraphs)
 
 
-def result_line(
-    custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def result_line(custom_id: str, question: str, status: str, report: Mapping[str, Any] | None) -> AnswerResult:
     """One results-export line: the final answer as text with renumbered citations, and the report.
 
     `final_answer` is set only when every step ran (outcome `done`); an incomplete question's sentences so
     far are in `partial_answer` instead, next to the steps that are missing, so no consumer reads a
     partly checked answer as a checked one.
     """
-    line: dict[str, Any] = {
-        "custom_id": custom_id,
-        "question": question,
-        "status": status,
-        "outcome": None,
-        "final_answer": None,
-        "partial_answer": None,
-        "incomplete_steps": [],
-        "model_note": None,
-        "request_ids": None,
-        "usage": None,
-        "report": report,
-    }
-    if report is None:
-        return line
-    line["outcome"] = report.get("status")
-    line["usage"] = report.get("usage")
-    line["request_ids"] = report.get("request_ids")
-    line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
-    line["model_note"] = report.get("model_note")
+    head = as_report(report)
+    if report is None or head is None:
+        return AnswerResult(custom_id=custom_id, question=question, status=status)  # type: ignore[arg-type]
+    text: dict[str, str] = {}
     final = report.get("final")
     if final:
-        key = "final_answer" if line["outcome"] == "done" else "partial_answer"
-        line[key] = answer_text(final)
-    return line
+        text["final_answer" if head.status == "done" else "partial_answer"] = answer_text(final)
+    return AnswerResult(
+        custom_id=custom_id,
+        question=question,
+        status=status,  # type: ignore[arg-type]
+        outcome=head.status,
+        incomplete_steps=list(head.incomplete_steps),
+        model_note=head.model_note,
+        request_ids=head.request_ids,
+        usage=head.usage,
+        report=head,
+        **text,
+    )

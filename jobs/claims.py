@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
+from checks.kinds.claims import ClaimResult, ClaimsSummary
 from checks.options import ClaimsOptions, check_cutoffs
 from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec, dedupe_key
@@ -99,7 +100,7 @@ def _outcomes(session: Session, job_id: uuid.UUID, mode: str) -> list[claim_rule
 
 def claims_summary(
     session: Session, job: Job, *, supported_min: float | None = None, contradicted_max: float | None = None
-) -> dict[str, Any]:
+) -> ClaimsSummary:
     """Scorecards per mode (with acceptance), flips between modes, and claims outside their query.
 
     Replayed from stored probabilities: other cutoffs need no upstream request.
@@ -142,17 +143,18 @@ def claims_summary(
                 probs["ungrounded"], probs["grounded"], supported_min=smin, contradicted_max=cmax
             )
         ]
-    return {
-        "kind": "claims",
-        "cutoffs": {"supported_min": smin, "contradicted_max": cmax},
-        "modes": list(modes),
-        "scorecards": scorecards,
-        "flips": flips,
-        "outside_query": outside,
-    }
+    return ClaimsSummary.model_validate(
+        {
+            "cutoffs": {"supported_min": smin, "contradicted_max": cmax},
+            "modes": list(modes),
+            "scorecards": scorecards,
+            "flips": flips,
+            "outside_query": outside,
+        }
+    )
 
 
-def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+def iter_claim_results(session: Session, job: Job) -> Iterator[ClaimResult]:
     """One result per claim (all modes merged), in input order, streamed in constant memory."""
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
@@ -169,7 +171,7 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
         for _pos, custom_id, mode, input_, output, status, error in rows:
             if current is None or current["custom_id"] != custom_id:
                 if current is not None:
-                    yield current
+                    yield ClaimResult.model_validate(current)
                 current = {
                     "custom_id": custom_id,
                     "claim": input_.get("claim"),
@@ -193,6 +195,6 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
                 "error": error if status != "done" else None,
             }
         if current is not None:
-            yield current
+            yield ClaimResult.model_validate(current)
     finally:
         rows.close()

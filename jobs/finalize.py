@@ -15,33 +15,26 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from jobs.claims import claims_summary
-from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
+from jobs.kinds import job_kind
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
 from jobs.webhooks import record_job_ended
-from models import Item, Job, utcnow
+from models import Item, ItemStatus, Job, JobStatus, utcnow
 
 log = logging.getLogger("factgate.jobs")
 
-ENDED = ("completed", "cancelled", "failed")
+ENDED = tuple(sorted(JobStatus.ended()))
 
 
 def build_summary(session: Session, job: Job) -> dict[str, Any]:
-    """The kind-specific report totals."""
-    if job.kind == "claims":
-        return claims_summary(session, job)
-    if job.kind in FLOW_KINDS:
-        return questions_summary(session, job)
-    return {"kind": job.kind}
+    """The kind's report totals (its recipe's summary contract), as stored on the job."""
+    return job_kind(job.kind).summarize(session, job).dump()
 
 
 def ready_to_finalize(session: Session, job: Job) -> bool:
-    """Beyond every item being terminal: answer and quote jobs also need every question's report,
-    which is built after the question's last child settles (jobs/flows.py)."""
-    if job.kind in FLOW_KINDS:
-        return questions_ready(session, job.id)
-    return True
+    """Beyond every item being terminal: a staged kind also needs every entry item's report, which is
+    built after its last child settles (jobs/stages.py); a one-stage kind is ready."""
+    return job_kind(job.kind).ready(session, job)
 
 
 def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
@@ -55,7 +48,7 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     # before counting a job's items by status, which reads all of them.
     if (
         session.scalar(
-            select(Item.id).where(Item.job_id == job_id, Item.status.in_(("pending", "running"))).limit(1)
+            select(Item.id).where(Item.job_id == job_id, Item.status.in_(sorted(ItemStatus.open()))).limit(1)
         )
         is not None
     ):
@@ -66,11 +59,13 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     if not counts.all_terminal or not ready_to_finalize(session, job):
         return False
     now = utcnow()
-    cancelling = job.status == "cancelling"
+    cancelling = job.status == JobStatus.CANCELLING
     moved = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status.in_(("queued", "in_progress", "cancelling")))
-        .values(status="finalizing", finalizing_at=now)
+        .where(
+            Job.id == job_id, Job.status.in_((JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.CANCELLING))
+        )
+        .values(status=JobStatus.FINALIZING, finalizing_at=now)
     )
     if not getattr(moved, "rowcount", 0):
         return False  # someone else is finalizing it right now
@@ -80,18 +75,18 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         summary["request_counts"] = counts.as_dict()
         values: dict[str, Any] = {"summary": summary, "usage": usage_totals(session, job_id)}
         if cancelling:
-            values.update(status="cancelled", cancelled_at=utcnow())
+            values.update(status=JobStatus.CANCELLED, cancelled_at=utcnow())
         else:
-            values.update(status="completed", completed_at=utcnow())
+            values.update(status=JobStatus.COMPLETED, completed_at=utcnow())
     except Exception as exc:  # a broken summary must not leave the job stuck in finalizing
         log.exception("finalizing job %s failed", job_id)
         values = {
-            "status": "failed",
+            "status": JobStatus.FAILED,
             "failed_at": utcnow(),
             "error": f"finalizing failed: {type(exc).__name__}: {exc}",
             "usage": usage_totals(session, job_id),
         }
-    session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
+    session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.FINALIZING).values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)
     _outbox(session, job)

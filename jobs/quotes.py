@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from checks import quotes
+from checks.kinds._questions import as_report
+from checks.kinds.quote import QuoteResult, QuoteSummary
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
 from jobs.intake import UnitSpec
@@ -217,7 +219,7 @@ def _step_counts(steps: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
     """The question's report (shape: docs/spec.md §6), from stored items only.
 
-    `incomplete` is what jobs/flows.py passes when the job was cancelled before every planned step of this
+    `incomplete` is what jobs/stages.py passes when the job was cancelled before every planned step of this
     question ran; it adds a `cancelled` entry to `incomplete_steps`. Every other missing step is read from
     the children. With any entry the status is `incomplete` and nothing is quoted or offered as closest:
     the results ranked so far stay in `results`.
@@ -432,7 +434,7 @@ SUMMARY_TOTALS = ("decisions_requests", "failed_requests", "search_requests", "i
 OUTCOMES = ("quoted", "no_answer", "failed", "skipped", "incomplete")
 
 
-def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
+def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> QuoteSummary:
     """Totals over every question: (report status, report summary) pairs.
 
     `incomplete_steps` counts the steps that did not run to the end, by step name, over every incomplete
@@ -450,39 +452,30 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
             totals[name] += (summary or {}).get(name) or 0
         for step, n in ((summary or {}).get("incomplete_steps") or {}).items():
             steps[step] = steps.get(step, 0) + int(n)
-    return {
-        "kind": "quote",
-        "questions": questions,
-        "outcomes": outcomes,
-        "incomplete_steps": steps,
-        "totals": {k: (round(float(v), 1) if k == "seconds" else int(v)) for k, v in totals.items()},
-    }
+    return QuoteSummary(
+        questions=questions,
+        outcomes=outcomes,
+        incomplete_steps=steps,
+        totals={k: (round(float(v), 1) if k == "seconds" else int(v)) for k, v in totals.items()},
+    )
 
 
-def result_line(
-    custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def result_line(custom_id: str, question: str, status: str, report: Mapping[str, Any] | None) -> QuoteResult:
     """One results-export line: the quote (or, with no answer, the closest candidate) with its source, and
     the report. An incomplete question has neither, and names its missing steps."""
-    line: dict[str, Any] = {
-        "custom_id": custom_id,
-        "question": question,
-        "status": status,
-        "outcome": None,
-        "quote": None,
-        "closest": None,
-        "incomplete_steps": [],
-        "model_note": None,
-        "request_ids": None,
-        "usage": None,
-        "report": report,
-    }
-    if report is not None:
-        line["outcome"] = report.get("status")
-        line["usage"] = report.get("usage")
-        line["quote"] = report.get("quote") if line["outcome"] == "quoted" else None
-        line["closest"] = report.get("closest") if line["outcome"] == "no_answer" else None
-        line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
-        line["model_note"] = report.get("model_note")
-        line["request_ids"] = report.get("request_ids")
-    return line
+    head = as_report(report)
+    if report is None or head is None:
+        return QuoteResult(custom_id=custom_id, question=question, status=status)  # type: ignore[arg-type]
+    return QuoteResult(
+        custom_id=custom_id,
+        question=question,
+        status=status,  # type: ignore[arg-type]
+        outcome=head.status,
+        quote=report.get("quote") if head.status == "quoted" else None,
+        closest=report.get("closest") if head.status == "no_answer" else None,
+        incomplete_steps=list(head.incomplete_steps),
+        model_note=head.model_note,
+        request_ids=head.request_ids,
+        usage=head.usage,
+        report=head,
+    )

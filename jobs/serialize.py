@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
-from models import Job
+from models import Job, JobStatus
 
 SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
 TIMESTAMP_FIELDS = (
@@ -30,8 +30,8 @@ TIMESTAMP_FIELDS = (
     "cancelled_at",
     "failed_at",
 )
-ENDED_STATUSES = ("completed", "cancelled", "failed")
-LIVE_STATUSES = ("queued", "in_progress")
+ENDED_STATUSES = tuple(sorted(JobStatus.ended()))
+LIVE_STATUSES = tuple(sorted(JobStatus.running()))  # the scheduler's view is shown while work is sent
 
 
 def iso(value: datetime | None) -> str | None:

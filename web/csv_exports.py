@@ -1,7 +1,8 @@
 """CSV downloads of `answer` and `quote` results: one row per question, flat columns.
 
 The NDJSON download holds the whole report; the CSV is the spreadsheet view of the outcome. Rows are
-built from `jobs.flows.iter_question_results` lines and streamed like web/exports.py's claims CSV.
+built from `jobs.stages.iter_question_results` lines (`AnswerResult` / `QuoteResult`, read by attribute)
+and streamed like web/exports.py's claims CSV.
 
 An incomplete question says so in its row: `outcome` is `incomplete`, `incomplete_steps` names every step
 that did not run to the end, and the answer so far goes to `partial_answer`, never to `final_answer` (the
@@ -13,36 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from checks.kinds import answer as answer_kind
+from checks.kinds import quote as quote_kind
+from checks.kinds.answer import AnswerResult
+from checks.kinds.quote import QuoteResult
 from web.csv_safety import SafeCsv
 
-ANSWER_COLUMNS = (
-    "custom_id",
-    "question",
-    "status",
-    "outcome",
-    "final_answer",
-    "request_ids",
-    "incomplete_steps",
-    "partial_answer",
-    "model_note",
-)
-QUOTE_COLUMNS = (
-    "custom_id",
-    "question",
-    "status",
-    "outcome",
-    "quote",
-    "title",
-    "url",
-    "date",
-    "p_answers",
-    "has_answer",
-    "closest",
-    "closest_p_answers",
-    "request_ids",
-    "incomplete_steps",
-    "model_note",
-)
+ANSWER_COLUMNS = answer_kind.CSV_COLUMNS
+QUOTE_COLUMNS = quote_kind.CSV_COLUMNS
 
 
 def _num(value: object) -> str:
@@ -64,28 +43,28 @@ def _steps(value: object) -> str:
     return "; ".join(str(step.get("message") or step.get("step")) for step in value if isinstance(step, dict))
 
 
-def _answer_row(line: dict[str, Any]) -> Sequence[object]:
+def _answer_row(line: AnswerResult) -> Sequence[object]:
     return (
-        line.get("custom_id", ""),
-        line.get("question") or "",
-        line.get("status") or "",
-        line.get("outcome") or "",
-        line.get("final_answer") or "",
-        _ids(line.get("request_ids")),
-        _steps(line.get("incomplete_steps")),
-        line.get("partial_answer") or "",
-        line.get("model_note") or "",
+        line.custom_id,
+        line.question or "",
+        line.status or "",
+        line.outcome or "",
+        line.final_answer or "",
+        _ids(line.request_ids),
+        _steps(line.incomplete_steps),
+        line.partial_answer or "",
+        line.model_note or "",
     )
 
 
-def _quote_row(line: dict[str, Any]) -> Sequence[object]:
-    quote = line.get("quote") or {}
-    closest = line.get("closest") or {}
+def _quote_row(line: QuoteResult) -> Sequence[object]:
+    quote = line.quote or {}
+    closest = line.closest or {}
     return (
-        line.get("custom_id", ""),
-        line.get("question") or "",
-        line.get("status") or "",
-        line.get("outcome") or "",
+        line.custom_id,
+        line.question or "",
+        line.status or "",
+        line.outcome or "",
         quote.get("text") or "",
         quote.get("title") or "",
         quote.get("url") or "",
@@ -94,16 +73,18 @@ def _quote_row(line: dict[str, Any]) -> Sequence[object]:
         _num(quote.get("has_answer")),
         closest.get("text") or "",
         _num(closest.get("p_answers")),
-        _ids(line.get("request_ids")),
-        _steps(line.get("incomplete_steps")),
-        line.get("model_note") or "",
+        _ids(line.request_ids),
+        _steps(line.incomplete_steps),
+        line.model_note or "",
     )
 
 
 def _csv(
-    columns: Sequence[str], row: Callable[[dict[str, Any]], Sequence[object]]
-) -> Callable[[Iterator[dict[str, Any]]], Iterator[str]]:
-    def render(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+    columns: Sequence[str], row: Callable[[Any], Sequence[object]]
+) -> Callable[[Iterator[Any]], Iterator[str]]:
+    """A renderer of one kind's result lines (its recipe's `result_line` contract), header first."""
+
+    def render(records: Iterator[Any]) -> Iterator[str]:
         out = SafeCsv()
         out.row(columns)
         for record in records:

@@ -17,57 +17,50 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.claims import iter_claim_results
-from jobs.flows import iter_question_results
+from checks.contracts import Contract
+from checks.kinds.claims import CSV_COLUMNS, ClaimResult
 from models import Job
-from web.csv_exports import answers_csv, quotes_csv
 from web.csv_safety import SafeCsv
+from web.kinds import CSV_RENDERERS, RESULT_ITERATORS, Renderer, ResultIterator
 
-ResultIterator = Callable[[Session, Job], Iterator[dict[str, Any]]]
-Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
-
-# Per kind: one dict per submitted row. Kinds without an entry have no results export yet.
-RESULT_ITERATORS: dict[str, ResultIterator] = {
-    "claims": iter_claim_results,
-    "answer": iter_question_results,  # one line per question with its report
-    "quote": iter_question_results,
-}
-
-CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error")
+__all__ = ["CSV_RENDERERS", "RESULT_ITERATORS", "claims_csv", "ndjson_lines", "stream_job"]
 
 
-def ndjson_lines(records: Iterator[dict[str, Any]]) -> Iterator[str]:
-    """One compact JSON document per line."""
+def ndjson_lines(records: Iterator[Contract | dict[str, Any]]) -> Iterator[str]:
+    """One compact JSON document per line (a result line's contract, or a plain dict)."""
     for record in records:
-        yield json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        doc = record.dump() if isinstance(record, Contract) else record
+        yield json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+def claims_csv(records: Iterator[ClaimResult]) -> Iterator[str]:
     """One CSV row per claim per mode, header first (`claims` results only); cells are formula-safe."""
     out = SafeCsv()
     out.row(CSV_COLUMNS)
     yield out.take()
     for record in records:
-        label = record.get("label")
-        for mode, res in record.get("results", {}).items():
-            p = res.get("p")
+        label = record.label
+        for mode, res in record.results.items():
             out.row(
                 (
-                    record.get("custom_id", ""),
+                    record.custom_id,
                     mode,
-                    res.get("status", ""),
-                    "" if p is None else repr(float(p)),
-                    res.get("verdict") or "",
+                    res.status,
+                    "" if res.p is None else repr(float(res.p)),
+                    res.verdict or "",
                     "" if label is None else str(bool(label)).lower(),
-                    res.get("request_id") or "",
-                    res.get("error") or "",
+                    res.request_id or "",
+                    res.error or "",
                 )
             )
         yield out.take()
 
 
 def stream_job(
-    sessions: sessionmaker[Session], job_id: uuid.UUID, records: ResultIterator, render: Renderer
+    sessions: sessionmaker[Session],
+    job_id: uuid.UUID,
+    records: ResultIterator | Callable[[Session, Job], Iterator[dict[str, Any]]],
+    render: Renderer,
 ) -> Iterator[str]:
     """Render `records(session, job)` with a session opened on the first chunk and closed after the last."""
     with sessions() as session:
@@ -75,11 +68,3 @@ def stream_job(
         if job is None:  # deleted between the view's check and the first chunk
             return
         yield from render(records(session, job))
-
-
-# CSV per kind (NDJSON exists for every kind in RESULT_ITERATORS).
-CSV_RENDERERS: dict[str, Renderer] = {
-    "claims": claims_csv,
-    "answer": answers_csv,
-    "quote": quotes_csv,
-}

@@ -5,9 +5,9 @@ Two body formats carry the same submission:
 - NDJSON (`application/x-ndjson`): one row per line, read line by line from the stream; kind, options
   and metadata come from query parameters; row problems are named by 1-based line.
 
-Each job kind plugs in as a `KindIntake` in `KINDS`. Everything is checked before anything is stored.
-For NDJSON the cheap checks (kind, options, metadata) run before the first line is read, so a typo in
-a query parameter fails at once instead of after a 60 MB upload.
+Each job kind's recipe (checks/kinds/) is its intake (`RecipeIntake`, in `KINDS`). Everything is checked
+before anything is stored. For NDJSON the cheap checks (kind, options, metadata) run before the first line
+is read, so a typo in a query parameter fails at once instead of after a 60 MB upload.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checks import claims as claim_rules
-from checks import questions as question_rules
-from checks.options import OptionsError, parse_claims_options, parse_questions_options
+from checks.options import OptionsError
+from checks.recipes import RowLimits, kind_names, recipe_for
 from config import Settings
-from jobs.claims import claim_units
-from jobs.flows import question_units
 from jobs.intake import UnitSpec
+from jobs.kinds import job_kind
 from web.errors import invalid
 
 MAX_METADATA_BYTES = 16 * 1024
@@ -33,8 +32,6 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200  # the column's width
 JSON_BODY_FIELDS = ("kind", "options", "items", "metadata")
 # Query parameters of an NDJSON submission that are not job options.
 NDJSON_META_PARAMS = ("kind", "metadata")
-# Kinds the data model knows but intake does not take yet.
-PLANNED_KINDS: tuple[str, ...] = ()
 _FIRST_ON_ITEM = re.compile(r"first on item (\d+)")
 
 
@@ -111,85 +108,68 @@ def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> E
     return invalid(message, field=field, line=first.get("line"), index=first.get("index"), errors=entries)
 
 
-# --- the claims kind -----------------------------------------------------------------------------------
+# --- every kind, from its recipe ------------------------------------------------------------------------
 
 
-class ClaimsIntake:
-    """`claims`: a row per claim (docs/spec.md §2), checked by checks.claims, an item per claim and mode."""
-
-    def parse_options(self, raw: Mapping[str, Any]) -> Any:
-        return parse_claims_options(raw)
-
-    def _units(self, options: Any, rows: list[claim_rules.ClaimRow]) -> PreparedRows:
-        units, warnings = claim_units(rows, options)
-        return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
-
-    def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
-        try:
-            rows = claim_rules.parse_ndjson_lines(
-                lines, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
-            )
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=False) from None
-        return self._units(options, rows)
-
-    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
-        try:
-            rows = claim_rules.validate_rows(
-                items, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
-            )
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=True) from None
-        return self._units(options, rows)
-
-
-# --- the answer and quote kinds -------------------------------------------------------------------------
-
-
-class QuestionsIntake:
-    """`answer` and `quote`: one row per question (docs/spec.md §3, §4), one `question` item each."""
+class RecipeIntake:
+    """A kind's intake: its recipe (checks/kinds/) validates options and rows, its jobs/ part makes the
+    items. Row errors keep the recipe's line / item and field messages (see `rows_error`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
     def parse_options(self, raw: Mapping[str, Any]) -> Any:
-        return parse_questions_options(raw)
+        return recipe_for(self.kind).parse_options(raw)
 
-    def _units(self, options: Any, rows: list[question_rules.QuestionRow]) -> PreparedRows:
-        return PreparedRows(options=options.as_dict(), units=question_units(rows, self.kind), warnings=[])
+    def _units(self, options: Any, rows: Sequence[Any]) -> PreparedRows:
+        units, warnings = job_kind(self.kind).units(rows, options)
+        return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
 
     def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows:
         try:
-            rows = question_rules.parse_question_lines(lines, max_rows=settings.max_rows_per_job)
-        except question_rules.QuestionsValidationError as exc:
+            rows = recipe_for(self.kind).rows_from_lines(lines, _limits(settings))
+        except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=False) from None
         return self._units(options, rows)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
         try:
-            rows = question_rules.validate_question_rows(items, max_rows=settings.max_rows_per_job)
-        except question_rules.QuestionsValidationError as exc:
+            rows = recipe_for(self.kind).rows_from_items(items, _limits(settings))
+        except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=True) from None
         return self._units(options, rows)
 
 
-KINDS: dict[str, KindIntake] = {
-    "claims": ClaimsIntake(),
-    "answer": QuestionsIntake("answer"),
-    "quote": QuestionsIntake("quote"),
-}
+def _limits(settings: Settings) -> RowLimits:
+    return RowLimits(max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes)
+
+
+class _Intakes(Mapping[str, KindIntake]):
+    """Every registered kind's intake, by name, in the recipes' order."""
+
+    def __getitem__(self, kind: str) -> KindIntake:
+        if kind not in kind_names():
+            raise KeyError(kind)
+        return RecipeIntake(kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(kind_names())
+
+    def __len__(self) -> int:
+        return len(kind_names())
+
+
+KINDS: Mapping[str, KindIntake] = _Intakes()
 
 
 def intake_for(kind: object, *, field: str = "kind") -> tuple[str, KindIntake]:
-    """The intake of a kind, or 400: missing, planned but not yet accepted, or unknown."""
+    """The intake of a kind, or 400: missing or unknown."""
     if kind is None or kind == "":
         raise invalid(f"kind is required (one of: {', '.join(KINDS)})", field=field)
     if not isinstance(kind, str):
         raise invalid(f"kind must be a string, got {type(kind).__name__}", field=field)
     if kind in KINDS:
         return kind, KINDS[kind]
-    if kind in PLANNED_KINDS:
-        raise invalid(f"kind {kind} is not supported yet (supported: {', '.join(KINDS)})", field=field)
     raise invalid(f"unknown kind {kind[:50]!r} (supported: {', '.join(KINDS)})", field=field)
 
 

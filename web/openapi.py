@@ -10,13 +10,15 @@ import copy
 from typing import Any
 
 from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX_ID_CHARS, SUPPORTED_MIN
+from checks.contracts import schema_of
 from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
+from checks.recipes import kind_names, recipe_for
 from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
-from models import JOB_KINDS, JOB_STATUSES
+from models import JOB_STATUSES
 from web.errors import ERROR_TYPES
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
 
@@ -310,7 +312,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string", "format": "uuid"},
             "object": {"const": "job"},
-            "kind": {"type": "string", "enum": list(JOB_KINDS)},
+            "kind": {"type": "string", "enum": []},
             "status": {"type": "string", "enum": list(JOB_STATUSES)},
             "options": {"type": "object", "description": "The validated options, defaults filled in."},
             "metadata": _ref("Metadata"),
@@ -382,77 +384,6 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Job")}},
     },
-    "ClaimResult": {
-        "type": "object",
-        "description": "One NDJSON line of GET /v1/jobs/{job_id}/results for a claims job.",
-        "properties": {
-            "custom_id": {"type": "string"},
-            "claim": {"type": "string"},
-            "label": {"type": ["boolean", "null"]},
-            "results": {
-                "type": "object",
-                "description": "Per mode (`ungrounded`, `grounded`).",
-                "additionalProperties": {
-                    "type": "object",
-                    "properties": {
-                        "status": {
-                            "type": "string",
-                            "enum": ["pending", "running", "done", "failed", "skipped"],
-                        },
-                        "p": {"type": ["number", "null"]},
-                        "verdict": {
-                            "type": ["string", "null"],
-                            "enum": ["supported", "contradicted", "review", None],
-                        },
-                        "request_id": {"type": ["string", "null"]},
-                        "request_ids": {"type": "array", "items": {"type": "string"}},
-                        "attempts": {"type": ["integer", "null"]},
-                        "input_tokens": {"type": ["integer", "null"]},
-                        "in_query": {"type": ["boolean", "null"]},
-                        "sources": {"type": "array", "items": {"type": "object"}},
-                        "error": {"type": ["string", "null"]},
-                    },
-                },
-            },
-        },
-    },
-    "QuestionResult": {
-        "type": "object",
-        "description": "One NDJSON line of GET /v1/jobs/{job_id}/results for an answer or quote job: one "
-        "question with its report (null until the question is finished).",
-        "properties": {
-            "custom_id": {"type": "string"},
-            "question": {"type": "string"},
-            "status": {
-                "type": "string",
-                "enum": ["pending", "running", "done", "failed", "skipped"],
-                "description": "The question item's status (its first upstream call).",
-            },
-            "outcome": {
-                "type": ["string", "null"],
-                "description": "The report's status. answer: done, failed, skipped, incomplete; quote: "
-                "quoted, no_answer, failed, skipped, incomplete.",
-            },
-            "final_answer": {
-                "type": ["string", "null"],
-                "description": "answer only: the answer after review, citations renumbered by URL.",
-            },
-            "quote": {
-                "type": ["object", "null"],
-                "description": "quote only: the quoted sentence and source.",
-            },
-            "closest": {
-                "type": ["object", "null"],
-                "description": "quote only: the closest candidate when no result answers.",
-            },
-            "request_ids": {"description": "Every upstream request id of the question."},
-            "report": {
-                "type": ["object", "null"],
-                "description": "The full report: every scored sentence with its passages and probabilities "
-                "(answer), every result, rank and compare probability and the run record (quote).",
-            },
-        },
-    },
     "ItemError": {
         "type": "object",
         "description": "One NDJSON line of GET /v1/jobs/{job_id}/errors.",
@@ -465,24 +396,6 @@ SCHEMAS: dict[str, Any] = {
             "error": {"type": ["string", "null"]},
             "attempts": {"type": "integer", "description": "Times a worker picked the item up."},
             "request_ids": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-    "Scorecard": {
-        "type": "object",
-        "description": "Claims scorecards replayed from stored probabilities (no upstream request).",
-        "properties": {
-            "job_id": {"type": "string", "format": "uuid"},
-            "status": {"type": "string", "enum": list(JOB_STATUSES)},
-            "partial": {"type": "boolean", "description": "True until the job is completed."},
-            "kind": {"const": "claims"},
-            "cutoffs": {
-                "type": "object",
-                "properties": {"supported_min": {"type": "number"}, "contradicted_max": {"type": "number"}},
-            },
-            "modes": {"type": "array", "items": {"type": "string"}},
-            "scorecards": {"type": "object", "additionalProperties": {"type": "object"}},
-            "flips": {"type": "array", "items": {"type": "object"}},
-            "outside_query": {"type": "integer"},
         },
     },
     "UsageFigures": {
@@ -619,7 +532,7 @@ NDJSON_QUERY_PARAMS = [
         "name": "kind",
         "in": "query",
         "description": "Job kind (NDJSON bodies only; JSON bodies carry it in the body).",
-        "schema": {"type": "string", "enum": list(JOB_KINDS)},
+        "schema": {"type": "string", "enum": []},
     },
     {
         "name": "mode",
@@ -745,7 +658,7 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
                 },
-                {"name": "kind", "in": "query", "schema": {"type": "string", "enum": list(JOB_KINDS)}},
+                {"name": "kind", "in": "query", "schema": {"type": "string", "enum": []}},
                 {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(JOB_STATUSES)}},
             ],
             "responses": {
@@ -772,8 +685,8 @@ PATHS: dict[str, Any] = {
             "summary": "Results, streamed in input order",
             "description": (
                 "Streams whatever exists: while the job runs, unfinished claims appear with status "
-                "`pending`/`running` and no verdict (no 409). NDJSON: one `ClaimResult` per claim; for "
-                "answer and quote jobs one `QuestionResult` per question. "
+                "`pending`/`running` and no verdict (no 409). NDJSON: one line per submitted row, the "
+                "kind's result line (`ClaimResult` per claim; `AnswerResult` / `QuoteResult` per question). "
                 "CSV (`?format=csv`, sent as an attachment): one row per claim per mode with columns "
                 "custom_id, mode, status, p, verdict, label, request_id, error."
             ),
@@ -790,14 +703,13 @@ PATHS: dict[str, Any] = {
                     "description": "The results.",
                     "headers": JOB_STATUS_HEADER,
                     "content": {
-                        NDJSON: {"schema": {"oneOf": [_ref("ClaimResult"), _ref("QuestionResult")]}},
+                        NDJSON: {"schema": {"oneOf": []}},  # every recipe's result line
                         "text/csv": {"schema": {"type": "string"}},
                     },
                 },
                 "400": _error("Unknown format or query parameter."),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
-                "409": _error("This job kind has no results export yet."),
             },
         }
     },
@@ -1006,6 +918,62 @@ DOCUMENT: dict[str, Any] = {
 }
 
 
+def _contracts(schemas: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Add every recipe's result line and summary schema (generated from its pydantic contracts) to
+    `schemas`; return the references to the result lines and to the summaries."""
+    lines: list[dict[str, str]] = []
+    summaries: list[dict[str, str]] = []
+    for kind in kind_names():
+        recipe = recipe_for(kind)
+        for model, refs in ((recipe.result_line, lines), (recipe.summary, summaries)):
+            schema, defs = schema_of(model)
+            schemas.update(defs)
+            schemas[model.__name__] = schema
+            refs.append(_ref(model.__name__))
+    return lines, summaries
+
+
+def _kind_enums(node: object, kinds: list[str]) -> None:
+    """Fill every `kind` enum (the Job property, the query parameters) with the registered kinds."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if (key == "kind" and isinstance(value, dict) and value.get("enum") == []) or (
+                key == "schema" and node.get("name") == "kind" and value.get("enum") == []
+            ):
+                value["enum"] = kinds
+            else:
+                _kind_enums(value, kinds)
+    elif isinstance(node, list):
+        for value in node:
+            _kind_enums(value, kinds)
+
+
 def openapi_document() -> dict[str, Any]:
-    """A copy of the document (callers may annotate theirs)."""
-    return copy.deepcopy(DOCUMENT)
+    """A copy of the document (callers may annotate theirs), completed from the registered recipes: the
+    kind enums, and the result line, summary and scorecard schemas generated from their contracts."""
+    doc = copy.deepcopy(DOCUMENT)
+    schemas = doc["components"]["schemas"]
+    lines, summaries = _contracts(schemas)
+    _kind_enums(doc, list(kind_names()))
+    results = doc["paths"]["/v1/jobs/{job_id}/results"]["get"]["responses"]["200"]["content"][NDJSON]
+    results["schema"] = {"oneOf": lines}
+    schemas["Job"]["properties"]["summary"] = {
+        "anyOf": [{"type": "null"}, *summaries],
+        "description": "Report totals, written when the job ends: the kind's summary.",
+    }
+    schemas["Scorecard"] = {
+        "description": "Claims scorecards replayed from stored probabilities (no upstream request).",
+        "allOf": [
+            _ref("ClaimsSummary"),
+            {
+                "type": "object",
+                "required": ["job_id", "status", "partial"],
+                "properties": {
+                    "job_id": {"type": "string", "format": "uuid"},
+                    "status": {"type": "string", "enum": list(JOB_STATUSES)},
+                    "partial": {"type": "boolean", "description": "True until the job is completed."},
+                },
+            },
+        ],
+    }
+    return doc

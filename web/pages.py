@@ -34,11 +34,12 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers.response import Response as BaseResponse
 
+from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
 from jobs.sessions import LiveSession, live_token
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
-from models import JOB_KINDS, JOB_STATUSES, Job
+from models import JOB_STATUSES, Job
 from web import page_session
 from web.auth import current_tenant
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
@@ -172,7 +173,7 @@ def index() -> BaseResponse:
 def jobs() -> str:
     kind = request.args.get("kind") or None
     status = request.args.get("status") or None
-    kind = kind if kind in JOB_KINDS else None
+    kind = kind if kind in kind_names() else None
     status = status if status in JOB_STATUSES else None
     sess = db_session()
     rows = [
@@ -180,7 +181,7 @@ def jobs() -> str:
         for j in list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status)
     ]
     return render_template(
-        "jobs.html", jobs=rows, kind=kind, status=status, kinds=JOB_KINDS, statuses=JOB_STATUSES
+        "jobs.html", jobs=rows, kind=kind, status=status, kinds=kind_names(), statuses=JOB_STATUSES
     )
 
 

@@ -12,15 +12,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from checks.recipes import RECIPES
 from jobs.progress import RequestCounts, request_counts
-from models import Job, utcnow
+from models import Job, JobStatus, utcnow
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS
 from web.pages_format import duration, usd
 from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage
 
-LIVE_STATUSES = ("validating", "queued", "in_progress", "finalizing", "cancelling")
-CANCELLABLE = ("validating", "queued", "in_progress")
-KIND_TITLES = {"claims": "Claims", "answer": "Answer check", "quote": "Quote finder"}
+# The page polls a job until it ends (so `validating` counts as live here, unlike the sweeper's set).
+LIVE_STATUSES = frozenset({JobStatus.VALIDATING, *JobStatus.live()})
+CANCELLABLE = JobStatus.cancellable()
+
+
+def kind_title(kind: str) -> str:
+    """The kind's title from its recipe; an unknown kind (a row written by a newer version) shows its name."""
+    recipe = RECIPES.find(kind)
+    return recipe.title if recipe is not None else kind
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,7 @@ def job_view(session: Session, job: Job) -> JobView:
     return JobView(
         id=str(job.id),
         kind=job.kind,
-        kind_title=KIND_TITLES.get(job.kind, job.kind),
+        kind_title=kind_title(job.kind),
         status=job.status,
         counts=counts,
         percent=percent_done(counts, ended),

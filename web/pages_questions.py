@@ -1,4 +1,4 @@
-"""The `answer` and `quote` reports: one stored report per question (jobs.flows), shown a page at a time.
+"""The `answer` and `quote` reports: one stored report per question (jobs.stages), shown a page at a time.
 
 Reports are read exactly as stored (their shape: docs/spec.md §6, built by
 jobs/answers.py and jobs/quotes.py); the templates only arrange them, and cope with missing parts —
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
-from jobs.flows import iter_question_reports
+from jobs.stages import iter_question_reports
 from models import Job
 
 QUESTIONS_PAGE_SIZE = 20

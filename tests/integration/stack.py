@@ -31,8 +31,8 @@ from checks.options import parse_claims_options, parse_questions_options
 from checks.questions import validate_question_rows
 from config import Settings
 from jobs.claims import claim_units
-from jobs.flows import question_units
 from jobs.intake import create_job
+from jobs.stages import question_units
 from jobs.tenancy import get_or_create_tenant
 from models import Job, make_engine, make_session_factory, session_scope
 from tests.services import create_pg_database, drop_pg_database, redis_db_url, unavailable

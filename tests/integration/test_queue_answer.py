@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from checks.answers import LABELS
-from jobs.flows import iter_question_reports, iter_question_results
+from jobs.stages import iter_question_reports, iter_question_results
 from models import ApiCall, Item, Job
 from simulator.config import SimConfig
 from simulator.engine import AgentOutcome

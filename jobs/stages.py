@@ -1,4 +1,4 @@
-"""The stage machine of `answer` and `quote` jobs: a question item, its children, then its report.
+"""The stage machine of staged kinds (`answer`, `quote`): a question item, its children, then its report.
 
 answer: question (Agent call) → `sentence` children → `investigation` children for the first flagged
 sentences → report. quote: question (Search call) → `result` children → one `compare` child when some
@@ -21,66 +21,67 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from checks.contracts import Contract
 from checks.questions import QuestionRow
-from jobs import answers, quotes
+from checks.recipes import recipe_for
 from jobs.intake import UnitSpec
+from jobs.kinds import KINDS, JobKind, StageMachine
 from jobs.usage import usage_of_outputs
-from models import ITEM_TERMINAL_STATUSES, Item, Job, utcnow
+from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
 
 log = logging.getLogger("factgate.jobs")
 
 QUESTION = "question"
-FLOW_KINDS = ("answer", "quote")
-# The upstream endpoint of each stage's first call: the rate-limit scope the scheduler dispatches it in.
-QUESTION_ENDPOINTS = {"answer": "agent", "quote": "search"}
-CHILD_ENDPOINTS = {
-    "sentence": "decisions",
-    "investigation": "agent",
-    "result": "decisions",
-    "compare": "decisions",
-}
-SPAWNING_JOB_STATUSES = ("queued", "in_progress")  # a cancelling job creates no new work
-ADVANCING_JOB_STATUSES = (*SPAWNING_JOB_STATUSES, "cancelling")  # ...but still gets its reports
+# A cancelling job creates no new work, but still gets its reports.
+SPAWNING_JOB_STATUSES = tuple(sorted(JobStatus.running()))
+ADVANCING_JOB_STATUSES = (*SPAWNING_JOB_STATUSES, JobStatus.CANCELLING)
 
 
-@dataclass(frozen=True)
-class Flow:
-    """What a kind plugs into the stage machine (pure functions over stored items)."""
-
-    plan: Callable[[Job, Item, Sequence[Item]], list[UnitSpec]]
-    build_report: Callable[..., dict[str, Any]]
-    summarize_job: Callable[..., dict[str, Any]]
-    result_line: Callable[..., dict[str, Any]]
-
-
-FLOWS: dict[str, Flow] = {
-    "answer": Flow(answers.plan, answers.build_report, answers.summarize_job, answers.result_line),
-    "quote": Flow(quotes.plan, quotes.build_report, quotes.summarize_job, quotes.result_line),
-}
+def _machine(kind: str) -> StageMachine | None:
+    part = KINDS.find(kind)
+    return part.machine if part is not None else None
 
 
 def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
-    """One `question` item per row; custom_id is the caller's id. The kind rides along in the input
-    because both kinds share the `question` stage."""
-    if kind not in FLOWS:
-        raise ValueError(f"{kind!r} is not a question kind (expected one of {', '.join(FLOWS)})")
+    """One entry item per row; custom_id is the caller's id. The kind rides along in the input because
+    several kinds share the `question` stage (workers/kinds/ picks the handler by it)."""
+    recipe = recipe_for(kind)
+    if not recipe.staged:
+        raise ValueError(f"{kind!r} is not a question kind (it has one stage)")
     return [
         UnitSpec(
-            stage=QUESTION,
+            stage=recipe.entry_stage,
             custom_id=row.id,
             mode="",
             input={"kind": kind, "question": row.question},
-            endpoint=QUESTION_ENDPOINTS[kind],
+            endpoint=recipe.stages[0].endpoint,
         )
         for row in rows
     ]
+
+
+def staged_kind(name: str, machine: StageMachine) -> JobKind:
+    """The `JobKind` of a question kind: rows become entry items, the stage machine does the rest, the job
+    is ready once every entry item has a current report."""
+
+    def units(rows: Sequence[QuestionRow], options: object) -> tuple[list[UnitSpec], list[str]]:
+        return question_units(rows, name), []
+
+    return JobKind(
+        name,
+        units=units,
+        summarize=questions_summary,
+        results=iter_question_results,
+        machine=machine,
+        ready=lambda session, job: questions_ready(session, job.id),
+    )
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,10 @@ def _counts(statuses: Sequence[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[int]:
+def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]) -> list[int]:
     """Create the next stage's children, pending and undispatched: the scheduler sends them in its fair
-    order, like any other work of the job."""
+    order, like any other work of the job. Their endpoint is their stage's, from the recipe."""
+    recipe = recipe_for(job.kind)
     items = [
         Item(
             job_id=question.job_id,
@@ -111,7 +113,7 @@ def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[
             position=question.position,  # children sort with their question
             custom_id=u.custom_id,
             mode=u.mode,
-            endpoint=CHILD_ENDPOINTS.get(u.stage, u.endpoint),
+            endpoint=recipe.endpoint_of(u.stage),
             input=u.input,
             status="pending",
             attempts=0,
@@ -145,7 +147,7 @@ def advance_question(session: Session, question_id: int) -> Step:
     if question is None or question.parent_id is not None:
         return Step(None, question_id)
     job = session.get(Job, question.job_id)
-    flow = FLOWS.get(job.kind) if job is not None else None
+    flow = _machine(job.kind) if job is not None else None
     if job is None or flow is None or job.status not in ADVANCING_JOB_STATUSES:
         return Step(question.job_id, question_id)
     if question.status not in ITEM_TERMINAL_STATUSES:
@@ -170,9 +172,9 @@ def advance_question(session: Session, question_id: int) -> Step:
         log.exception("planning question %s of job %s failed", question.id, job.id)
         units = []
     if units and job.status in SPAWNING_JOB_STATUSES:
-        return Step(job.id, question_id, spawned=_spawn(session, question, units))
+        return Step(job.id, question_id, spawned=_spawn(session, job, question, units))
     # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
-    stopped = job.status == "cancelling" and any(c.status == "skipped" for c in children)
+    stopped = job.status == JobStatus.CANCELLING and any(c.status == "skipped" for c in children)
     try:
         report = flow.build_report(job, question, children, incomplete=bool(units) or stopped)
     except Exception as exc:
@@ -223,7 +225,7 @@ def stalled_questions(session: Session, job_id: uuid.UUID) -> list[int]:
     are what the sweeper and the window bodies advance instead.
     """
     job = session.get(Job, job_id)
-    if job is None or job.kind not in FLOWS:
+    if job is None or _machine(job.kind) is None:
         return []
     counts = _child_counts(session, job_id)
     stalled: list[int] = []
@@ -282,14 +284,15 @@ def get_question_report(session: Session, job: Job, custom_id: str) -> dict[str,
     return next(_report_rows(session, job, custom_id), None)
 
 
-def iter_question_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
-    """Results export: one line per question with its report (see `Flow.result_line`)."""
-    flow = FLOWS[job.kind]
+def iter_question_results(session: Session, job: Job) -> Iterator[Contract]:
+    """Results export: one line per question with its report (see `StageMachine.result_line`)."""
+    flow = _machine(job.kind)
+    assert flow is not None, f"{job.kind} has no stage machine"
     for entry in _report_rows(session, job):
         yield flow.result_line(entry["custom_id"], entry["question"], entry["status"], entry["report"])
 
 
-def questions_summary(session: Session, job: Job) -> dict[str, Any]:
+def questions_summary(session: Session, job: Job) -> Contract:
     """The job summary of an answer or quote job: report outcomes and totals over its questions."""
     rows = session.execute(
         select(Item.output["report_status"], Item.output["summary"])
@@ -303,4 +306,6 @@ def questions_summary(session: Session, job: Job) -> dict[str, Any]:
         ]
     finally:
         rows.close()
-    return FLOWS[job.kind].summarize_job(pairs)
+    flow = _machine(job.kind)
+    assert flow is not None, f"{job.kind} has no stage machine"
+    return flow.summarize_reports(pairs)

@@ -1,0 +1,67 @@
+"""Typed contracts for the JSON that crosses layers: result lines, job summaries, question reports.
+
+pydantic v2 rather than msgspec, for three reasons: validation errors carry the field path (`results.
+grounded.p`), which is what a test or a log needs to find a drifted field; `model_json_schema` generates the
+OpenAPI component schemas (web/openapi.py), so the served document is the code's own shape rather than a
+hand-kept copy; and it is already the ecosystem's default (and in our dependency tree). msgspec is faster
+at (de)serialising, which matters nowhere here: lines are built one at a time from database rows.
+
+`jobs/` builds these models, the web layer serialises them (`dump`), and pages, CSV and the CLI read their
+attributes. Stored JSON (`jobs.summary`, a question's `output.report`) is read back with `model_validate`;
+fields added later get defaults, so older rows still load.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ItemStatusName = Literal["pending", "running", "done", "failed", "skipped"]
+SCHEMA_REF = "#/components/schemas/{model}"
+
+
+class Contract(BaseModel):
+    """Frozen, and strict about unknown fields: a contract that grows must say so here first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def dump(self) -> dict[str, Any]:
+        """JSON-safe dict in declaration order (what the API and the database get)."""
+        return self.model_dump(mode="json")
+
+
+class StoredContract(Contract):
+    """Read back from the database: fields other versions wrote are kept, not refused."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Cutoffs(Contract):
+    supported_min: float
+    contradicted_max: float
+
+
+class ReportHead(StoredContract):
+    """The fields of a question's report that every staged kind writes and every reader relies on; the rest
+    (scored sentences, passages, ranks, the run record) is the kind's own and kept as stored."""
+
+    kind: str = ""
+    question: str | None = None
+    status: str = Field(
+        description="The report's outcome (answer: done, failed, skipped, incomplete; quote: "
+        "quoted, no_answer, failed, skipped, incomplete)."
+    )
+    error: str | None = None
+    incomplete_steps: list[Any] = Field(default_factory=list)
+    model_note: str | None = None
+    request_ids: Any = None
+    usage: dict[str, Any] | None = None
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+
+def schema_of(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schema, definitions) for the OpenAPI components: references point at `#/components/schemas/`."""
+    schema = model.model_json_schema(ref_template=SCHEMA_REF, mode="serialization")
+    defs = schema.pop("$defs", {})
+    return schema, defs

@@ -1,0 +1,14 @@
+"""The `answer` kind's state changes: the question stage machine with jobs/answers.py's plan and report."""
+
+from __future__ import annotations
+
+from jobs import answers
+from jobs.kinds import StageMachine, register
+from jobs.stages import staged_kind
+
+KIND = register(
+    staged_kind(
+        "answer",
+        StageMachine(answers.plan, answers.build_report, answers.summarize_job, answers.result_line),
+    )
+)

@@ -1,0 +1,14 @@
+"""The `quote` kind's state changes: the question stage machine with jobs/quotes.py's plan and report."""
+
+from __future__ import annotations
+
+from jobs import quotes
+from jobs.kinds import StageMachine, register
+from jobs.stages import staged_kind
+
+KIND = register(
+    staged_kind(
+        "quote",
+        StageMachine(quotes.plan, quotes.build_report, quotes.summarize_job, quotes.result_line),
+    )
+)
