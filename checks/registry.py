@@ -42,6 +42,11 @@ class Registry(Generic[T]):
             self._parts[name] = part
         return part
 
+    def unregister(self, name: str) -> None:
+        """Drop a kind's part (a test that registered a toy kind cleans up after itself)."""
+        with self._lock:
+            self._parts.pop(name, None)
+
     def discover(self) -> None:
         """Import every module of the folder once (each registers its kind)."""
         if self._loaded:

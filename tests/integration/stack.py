@@ -102,12 +102,18 @@ class Stack:
         return redis_lib.Redis.from_url(self.env["REDIS_URL"])
 
     def start_worker(
-        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+        self,
+        *,
+        concurrency: int = 8,
+        beat: bool = True,
+        extra_env: dict[str, str] | None = None,
+        app: str = "workers.app",
     ) -> WorkerProc:
-        """Start a worker (with `beat`, also the stack's beat if it has none) and wait until it is ready."""
+        """Start a worker (with `beat`, also the stack's beat if it has none) and wait until it is ready.
+        `app` is the Celery app module (a test's own, to load a toy job kind first)."""
         n = len(self.workers)
         argv = [
-            sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+            sys.executable, "-m", "celery", "-A", app, "worker",
             "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
             "--hostname", f"w{n}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
         ]  # fmt: skip

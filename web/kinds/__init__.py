@@ -22,7 +22,8 @@ from models import Job
 ResultIterator = Callable[[Session, Job], Iterator[Contract]]
 Renderer = Callable[[Iterator[Any]], Iterator[str]]
 # (session, job, query arguments, interactive) → the report template's context, with its "template".
-ReportBuilder = Callable[[Session, Job, Mapping[str, str], bool], dict[str, Any]]
+# None: the kind has no report beyond the job overview.
+ReportBuilder = Callable[[Session, Job, Mapping[str, str], bool], dict[str, Any] | None]
 
 
 @dataclass(frozen=True)
