@@ -617,8 +617,11 @@ PATHS: dict[str, Any] = {
                 "content": {
                     "application/json": {"schema": _ref("JobSubmission")},
                     NDJSON: {
-                        "schema": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
-                        "description": "One row per line.",
+                        # One row per line (a media type object has no description of its own).
+                        "schema": {
+                            "oneOf": [_ref("ClaimRow"), _ref("QuestionRow")],
+                            "description": "One row per line.",
+                        },
                     },
                 },
             },
