@@ -63,7 +63,7 @@ class JobView:
 
 def schedule_text(job: Job) -> str:
     """One line on where a live job stands with the scheduler: why it waits, or its share and ETA."""
-    view = job.schedule if job.status in ("queued", "in_progress") else None
+    view = job.schedule if job.status in JobStatus.running() else None
     if not view:
         return ""
     if view.get("state") == "held":

@@ -15,8 +15,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from checks.kinds._questions import QuestionsSummary
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
 from jobs.stages import iter_question_reports
@@ -55,10 +57,12 @@ class QuestionsReport:
 
 
 def _question_count(job: Job) -> int:
-    summary = job.summary or {}
-    n = summary.get("questions")
-    if isinstance(n, int) and not isinstance(n, bool):
-        return n
+    """From the finalized summary (its contract), else the items intake created."""
+    if job.summary:
+        try:
+            return QuestionsSummary.model_validate(job.summary).questions
+        except ValidationError:
+            pass  # a summary of another shape (a failed finalize wrote none): count the items
     return int(job.total_items or 0)
 
 
