@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from checks.recipes import kind_names, recipe_for
+from checks.recipes import RECIPES
 from config.logging import bind
 from jobs.finalize import maybe_finalize
 from jobs.items import (
@@ -60,7 +60,7 @@ SETTLE_PATIENCE_S = 30.0
 def advances_on_settle(stage: str) -> bool:
     """Settling an entry item of a staged kind moves it on in the same transaction (jobs/stages.py): the
     first children exist the moment it is done, so the job never looks finished in between."""
-    return any(r.staged and r.entry_stage == stage for r in (recipe_for(n) for n in kind_names()))
+    return any(r.staged and r.entry_stage == stage for _, r in RECIPES.items())
 
 
 def _ctx() -> WorkerContext:
