@@ -11,7 +11,7 @@ a part for every recipe.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checks.registry import Registry
@@ -65,6 +65,11 @@ class Recipe:
     summary: type[Any]  # the pydantic model of the job summary
     report: type[Any] | None = None  # the pydantic model of one entry item's report (staged kinds)
     csv_columns: tuple[str, ...] = ()
+    # JSON Schemas of one row and of the options, and the OpenAPI component names they are published under
+    # (kinds sharing a shape share a name). Documentation: the parsers above are the authority.
+    row_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+    options_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+    schema_names: tuple[str, str] = ("", "")  # (row, options); "" = <Title>Row / <Title>Options
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -75,6 +80,14 @@ class Recipe:
         for stage in self.stages:
             if stage.endpoint not in ENDPOINTS:
                 raise ValueError(f"recipe {self.name!r}: stage {stage.name!r} endpoint {stage.endpoint!r}")
+
+    @property
+    def row_schema_name(self) -> str:
+        return self.schema_names[0] or f"{self.name.title()}Row"
+
+    @property
+    def options_schema_name(self) -> str:
+        return self.schema_names[1] or f"{self.name.title()}Options"
 
     @property
     def entry_stage(self) -> str:

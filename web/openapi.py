@@ -9,11 +9,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX_ID_CHARS, SUPPORTED_MIN
+from checks.claims import CONTRADICTED_MAX, MAX_ERRORS_KEPT, SUPPORTED_MIN
 from checks.contracts import schema_of
-from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
-from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
-from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
+from checks.options import CLAIMS_MODES
+from checks.pricing import KNOWN_MODELS
 from checks.recipes import kind_names, recipe_for
 from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
@@ -23,17 +22,6 @@ from web.errors import ERROR_TYPES
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
 
 NDJSON = "application/x-ndjson"
-
-WEBHOOK_URL_OPTION: dict[str, Any] = {
-    "type": ["string", "null"],
-    "format": "uri",
-    "maxLength": MAX_WEBHOOK_URL_CHARS,
-    "description": "An http(s) URL (no user name or password in it) that receives the job object, signed "
-    "(Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`), when the job completes, "
-    "fails or is cancelled; retried with backoff for up to 24 hours, with the same `webhook-id`. Without it "
-    "the tenant's default URL is used, if it has one. Private, loopback and link-local addresses are "
-    "refused when sending. Only present in the stored options when given.",
-}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -166,119 +154,12 @@ SCHEMAS: dict[str, Any] = {
             "message": {"type": "string"},
         },
     },
-    "ClaimRow": {
-        "type": "object",
-        "description": "One claim. Unknown fields are rejected (allowed: " + ", ".join(ALLOWED_FIELDS) + ").",
-        "required": ["id", "claim"],
-        "additionalProperties": False,
-        "properties": {
-            "id": {
-                "type": "string",
-                "maxLength": MAX_ID_CHARS,
-                "description": "Unique in the batch; comes back as `custom_id`.",
-            },
-            "claim": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The claim (at most FACTGATE_MAX_CLAIM_BYTES bytes of UTF-8, default 4096).",
-            },
-            "label": {
-                "type": ["boolean", "null"],
-                "description": "Known truth; labelled claims are scored in the scorecard.",
-            },
-            "kind": {"type": ["string", "null"], "description": "Free-form group, e.g. stable/recent."},
-            "source": {"type": ["string", "null"], "description": "Where the label was checked."},
-        },
-    },
-    "ClaimsOptions": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": "Options of a `claims` job. Unknown options are rejected. Cutoffs are applied by "
-        "factgate and never sent to the model.",
-        "properties": {
-            "model": {"type": "string", "enum": sorted(KNOWN_MODELS), "default": DEFAULT_MODEL},
-            "mode": {
-                "type": "string",
-                "enum": list(CLAIMS_MODES),
-                "default": "grounded",
-                "description": "`both` sends every claim twice and reports verdict flips.",
-            },
-            "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
-            "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
-            "priority": {
-                "type": "string",
-                "enum": ["interactive", "batch"],
-                "default": "batch",
-                "description": "`interactive` work goes first within the tenant's share of the upstream "
-                "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
-                "submit as interactive.",
-            },
-            "budget_usd": {
-                "type": ["number", "null"],
-                "exclusiveMinimum": 0,
-                "description": "Stop sending once this much has been spent; remaining items are skipped.",
-            },
-            "webhook_url": WEBHOOK_URL_OPTION,
-        },
-    },
-    "QuestionRow": {
-        "type": "object",
-        "description": "One question of an `answer` or `quote` job.",
-        "required": ["id", "question"],
-        "additionalProperties": False,
-        "properties": {
-            "id": {
-                "type": "string",
-                "maxLength": MAX_QUESTION_ID_CHARS,
-                "description": "Unique in the batch; comes back as `custom_id`.",
-            },
-            "question": {
-                "type": "string",
-                "minLength": 1,
-                "description": f"The question (at most {MAX_QUESTION_BYTES} bytes of UTF-8).",
-            },
-        },
-    },
-    "QuestionsOptions": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": "Options of an `answer` or `quote` job. The cutoffs of both checks are fixed "
-        "(docs/spec.md §3-§4) and are not options.",
-        "properties": {
-            "model": {
-                "type": "string",
-                "enum": sorted(KNOWN_MODELS),
-                "default": CUTOFFS_MODEL,
-                "description": "The Decisions model that scores sentences / ranks results. The default is "
-                f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
-                "every report notes that the cutoffs were not measured on the model the job used.",
-            },
-            "priority": {
-                "type": "string",
-                "enum": ["interactive", "batch"],
-                "default": "batch",
-                "description": "`interactive` work goes first within the tenant's share of the upstream "
-                "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
-                "submit as interactive.",
-            },
-            "budget_usd": {
-                "type": ["number", "null"],
-                "exclusiveMinimum": 0,
-                "description": "Stop sending once this much has been spent; remaining items are skipped.",
-            },
-            "webhook_url": WEBHOOK_URL_OPTION,
-        },
-    },
     "JobSubmission": {
         "description": "A JSON submission: the rows' shape follows `kind` (`ClaimRow` for claims, "
         "`QuestionRow` for answer and quote). The rules a schema cannot state are checked too and name the "
         "item and field: ids unique in the batch and printable (no control or formatting characters), a "
         "claim not blank and within FACTGATE_MAX_CLAIM_BYTES, at most FACTGATE_MAX_ROWS_PER_JOB rows.",
-        "oneOf": [
-            _submission("claims", "ClaimsOptions", "ClaimRow"),
-            _submission("answer", "QuestionsOptions", "QuestionRow"),
-            _submission("quote", "QuestionsOptions", "QuestionRow"),
-        ],
+        "oneOf": [],  # one variant per recipe (openapi_document)
     },
     "Metadata": {
         "type": "object",
@@ -619,7 +500,7 @@ PATHS: dict[str, Any] = {
                     NDJSON: {
                         # One row per line (a media type object has no description of its own).
                         "schema": {
-                            "oneOf": [_ref("ClaimRow"), _ref("QuestionRow")],
+                            "oneOf": [],  # every recipe's row schema (openapi_document)
                             "description": "One row per line.",
                         },
                     },
@@ -922,12 +803,14 @@ DOCUMENT: dict[str, Any] = {
 
 
 def _contracts(schemas: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """Add every recipe's result line and summary schema (generated from its pydantic contracts) to
-    `schemas`; return the references to the result lines and to the summaries."""
+    """Add every recipe's row and options schema, and its result line and summary schema (generated from its
+    pydantic contracts), to `schemas`; return the references to the result lines and to the summaries."""
     lines: list[dict[str, str]] = []
     summaries: list[dict[str, str]] = []
     for kind in kind_names():
         recipe = recipe_for(kind)
+        schemas[recipe.row_schema_name] = dict(recipe.row_schema)
+        schemas[recipe.options_schema_name] = dict(recipe.options_schema)
         for model, refs in ((recipe.result_line, lines), (recipe.summary, summaries)):
             schema, defs = schema_of(model)
             schemas.update(defs)
@@ -960,6 +843,13 @@ def openapi_document() -> dict[str, Any]:
     _kind_enums(doc, list(kind_names()))
     results = doc["paths"]["/v1/jobs/{job_id}/results"]["get"]["responses"]["200"]["content"][NDJSON]
     results["schema"] = {"oneOf": lines}
+    kinds = [recipe_for(k) for k in kind_names()]
+    schemas["JobSubmission"]["oneOf"] = [
+        _submission(r.name, r.options_schema_name, r.row_schema_name) for r in kinds
+    ]
+    rows = list(dict.fromkeys(r.row_schema_name for r in kinds))
+    create = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"][NDJSON]["schema"]
+    create["oneOf"] = [_ref(name) for name in rows]
     schemas["Job"]["properties"]["summary"] = {
         "anyOf": [{"type": "null"}, *summaries],
         "description": "Report totals, written when the job ends: the kind's summary.",

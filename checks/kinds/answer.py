@@ -13,6 +13,7 @@ from pydantic import Field
 
 from checks.contracts import ReportHead
 from checks.kinds._questions import QuestionLine, QuestionsSummary, rows_from_items, rows_from_lines
+from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
 from checks.options import parse_questions_options
 from checks.recipes import Recipe, StageSpec, register
 
@@ -62,5 +63,8 @@ RECIPE = register(
         report=ReportHead,
         summary=AnswerSummary,
         csv_columns=CSV_COLUMNS,
+        row_schema=QUESTION_ROW,
+        options_schema=QUESTIONS_OPTIONS,
+        schema_names=("QuestionRow", "QuestionsOptions"),
     )
 )

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from checks import claims as rules
 from checks.contracts import Contract, Cutoffs, ItemStatusName, StoredContract
+from checks.kinds._schemas import CLAIM_ROW, CLAIMS_OPTIONS
 from checks.options import parse_claims_options
 from checks.recipes import Recipe, RowLimits, StageSpec, register
 
@@ -125,5 +126,8 @@ RECIPE = register(
         result_line=ClaimResult,
         summary=ClaimsSummary,
         csv_columns=CSV_COLUMNS,
+        row_schema=CLAIM_ROW,
+        options_schema=CLAIMS_OPTIONS,
+        schema_names=("ClaimRow", "ClaimsOptions"),
     )
 )

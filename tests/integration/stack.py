@@ -227,11 +227,16 @@ class SharedStack(Stack):
     _started: tuple[int, bool, tuple[tuple[str, str], ...]] | None = None
 
     def start_worker(
-        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+        self,
+        *,
+        concurrency: int = 8,
+        beat: bool = True,
+        extra_env: dict[str, str] | None = None,
+        app: str = "workers.app",
     ) -> WorkerProc:
-        wanted = (concurrency, beat, tuple(sorted((extra_env or {}).items())))
+        wanted = (concurrency, beat, tuple(sorted({**(extra_env or {}), "app": app}.items())))
         if self._started is None:
-            worker = super().start_worker(concurrency=concurrency, beat=beat, extra_env=extra_env)
+            worker = super().start_worker(concurrency=concurrency, beat=beat, extra_env=extra_env, app=app)
             self._started = wanted
             return worker
         if wanted != self._started:
