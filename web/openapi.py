@@ -594,6 +594,7 @@ PATHS: dict[str, Any] = {
                 "400": _error("Unknown format or query parameter."),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
+                "409": _error("The job's kind is not one this version knows (stored by another version)."),
             },
         }
     },

@@ -289,7 +289,7 @@ def results_ndjson(job_id: str) -> Response:
     job = _job_or_404(job_id)
     iterator = RESULT_ITERATORS.get(job.kind)
     if iterator is None:
-        abort(404, description=f"Results of {job.kind} jobs cannot be downloaded yet.")
+        abort(404, description=f"{job.kind} is not a job kind this version knows.")
     body = stream_job(resources().sessions, job.id, iterator, ndjson_lines)
     return _download(job, body, NDJSON_MIMETYPE, f"factgate-{job.id}-results.ndjson")
 
@@ -300,7 +300,7 @@ def results_csv(job_id: str) -> Response:
     iterator = RESULT_ITERATORS.get(job.kind)
     render = CSV_RENDERERS.get(job.kind)
     if iterator is None or render is None:
-        abort(404, description=f"Results of {job.kind} jobs have no CSV download.")
+        abort(404, description=f"{job.kind} is not a job kind this version knows.")
     body = stream_job(resources().sessions, job.id, iterator, render)
     return _download(job, body, "text/csv", f"factgate-{job.id}-results.csv")
 
