@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from checks.kinds.quote import result_line, summarize_job
 from jobs import quotes
 from jobs.kinds import StageMachine, register
 from jobs.stages import staged_kind
@@ -9,6 +10,6 @@ from jobs.stages import staged_kind
 KIND = register(
     staged_kind(
         "quote",
-        StageMachine(quotes.plan, quotes.build_report, quotes.summarize_job, quotes.result_line),
+        StageMachine(quotes.plan, quotes.build_report, summarize_job, result_line),
     )
 )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from checks import claims as claim_rules
+from checks.kinds import answer as answer_kind
+from checks.kinds import quote as quote_kind
 from checks.kinds.answer import AnswerResult
 from checks.kinds.claims import ClaimResult
 from checks.kinds.quote import QuoteResult
@@ -17,7 +19,6 @@ from cli.render import (
 from cli.render import answer_lines as render_answer
 from cli.render import quote_lines as render_quote
 from cli.render import request_ids as line_request_ids
-from jobs import answers, quotes
 
 
 def _line(kind: str, line: dict[str, Any]) -> AnswerResult | QuoteResult:
@@ -27,7 +28,7 @@ def _line(kind: str, line: dict[str, Any]) -> AnswerResult | QuoteResult:
         report = {"kind": kind, **report}
         if "request_ids" in line:
             report["request_ids"] = line["request_ids"]
-    build = answers.result_line if kind == "answer" else quotes.result_line
+    build = answer_kind.result_line if kind == "answer" else quote_kind.result_line
     return build(line.get("custom_id", "q1"), line["question"], line.get("status", "done"), report)
 
 

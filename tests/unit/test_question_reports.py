@@ -16,6 +16,8 @@ import pytest
 
 from checks import answers as gate
 from checks import quotes
+from checks.kinds import answer as answer_kind
+from checks.kinds import quote as quote_kind
 from checks.options import CUTOFFS_MODEL
 from jobs import answers
 from jobs import quotes as quote_jobs
@@ -152,7 +154,7 @@ def test_answer_where_every_step_ran_is_done() -> None:
     report = answers.build_report(j, q, kids, incomplete=False)
     assert report["status"] == "done" and report["incomplete_steps"] == [] and report["errors"] == []
     assert [s["outcome"] for s in report["final"]["sentences"]] == [None, "replaced", None]
-    line = answers.result_line("q1", "Who built the bridge?", "done", report)
+    line = answer_kind.result_line("q1", "Who built the bridge?", "done", report)
     assert line.outcome == "done" and line.partial_answer is None
     assert line.final_answer.startswith("The bridge was built by Ada. [1] The bridge opened to traffic")
     assert line.incomplete_steps == [] and line.model_note is None
@@ -184,7 +186,7 @@ def test_a_failed_sentence_score_makes_the_answer_incomplete_and_starts_no_inves
     ]
     assert report["summary"]["investigated"] == report["summary"]["not_reviewed"] == 0
     assert report["summary"]["incomplete_steps"] == {"score": 1, "review": 1}
-    line = answers.result_line("q1", "Who built the bridge?", "done", report)
+    line = answer_kind.result_line("q1", "Who built the bridge?", "done", report)
     assert line.outcome == "incomplete" and line.final_answer is None
     assert line.partial_answer == (
         "The bridge was built by Ada. [1] The bridge opened in 1890. [2] The bridge is made of iron. [3]"
@@ -245,7 +247,7 @@ def test_answer_job_summary_counts_incomplete_questions_and_their_steps() -> Non
     fine = sentences(q, [0.9, 0.9, 0.9])
     broken = sentences(q, [0.9, "timeout", 0.9])
     reports = [answers.build_report(j, q, kids, incomplete=False) for kids in (fine, broken)]
-    summary = answers.summarize_job((r["status"], r["summary"]) for r in reports)
+    summary = answer_kind.summarize_job((r["status"], r["summary"]) for r in reports)
     assert summary.outcomes == {"done": 1, "failed": 0, "skipped": 0, "incomplete": 1}
     assert summary.incomplete_steps == {"score": 1, "review": 1}
 
@@ -255,7 +257,7 @@ def test_an_answer_on_another_model_says_where_the_cutoffs_come_from() -> None:
     report = answers.build_report(j, q, sentences(q, [0.9, 0.9, 0.9]), incomplete=False)
     assert report["model"] == "pplx-decider-latest" and report["cutoffs_model"] == CUTOFFS_MODEL
     assert "measured on pplx-decider-v1.1-27b" in report["model_note"]
-    assert answers.result_line("q1", "Q", "done", report).model_note == report["model_note"]
+    assert answer_kind.result_line("q1", "Q", "done", report).model_note == report["model_note"]
 
 
 # --- quote ---------------------------------------------------------------------------------------------
@@ -324,7 +326,7 @@ def test_quote_where_every_step_ran_is_quoted() -> None:
     report = quote_jobs.build_report(j, q, kids, incomplete=False)
     assert report["status"] == "quoted" and report["incomplete_steps"] == []
     assert report["quote"]["text"] == "An adult human body typically has 206 bones."
-    line = quote_jobs.result_line("q1", "How many bones?", "done", report)
+    line = quote_kind.result_line("q1", "How many bones?", "done", report)
     assert line.quote == report["quote"] and line.incomplete_steps == []
 
 
@@ -361,7 +363,7 @@ def test_a_failed_rank_makes_the_quote_incomplete_and_sends_no_compare() -> None
     assert report["results"][1]["status"] == "failed" and report["results"][1]["error"]
     assert report["run"]["outcome"] is None and report["run"]["errors"] == [compare["message"]]
     assert report["summary"]["incomplete_steps"] == {"rank": 1, "compare": 1}
-    line = quote_jobs.result_line("q1", "How many bones?", "done", report)
+    line = quote_kind.result_line("q1", "How many bones?", "done", report)
     assert line.outcome == "incomplete" and line.quote is None and line.closest is None
     assert [s["step"] for s in line.incomplete_steps] == ["rank", "compare"]
 
@@ -406,6 +408,6 @@ def test_quote_job_summary_counts_incomplete_questions_and_their_steps() -> None
         quote_jobs.build_report(j, q, ranks(j, q, outcomes), incomplete=False)
         for outcomes in ([0.1, 0.05], [0.95, "timeout"], ["timeout", "timeout"])
     ]
-    summary = quote_jobs.summarize_job((r["status"], r["summary"]) for r in reports)
+    summary = quote_kind.summarize_job((r["status"], r["summary"]) for r in reports)
     assert summary.outcomes == {"quoted": 0, "no_answer": 1, "failed": 0, "skipped": 0, "incomplete": 2}
     assert summary.incomplete_steps == {"rank": 3, "compare": 2}
