@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 ItemStatusName = Literal["pending", "running", "done", "failed", "skipped"]
 SCHEMA_REF = "#/components/schemas/{model}"
@@ -44,13 +44,17 @@ class Cutoffs(Contract):
 
 class ReportHead(StoredContract):
     """The fields of a question's report that every staged kind writes and every reader relies on; the rest
-    (scored sentences, passages, ranks, the run record) is the kind's own and kept as stored."""
+    (scored sentences, passages, ranks, the run record) is the kind's own and kept as stored.
+
+    Lenient on purpose: reports stored by older versions may lack a field or hold null where a list or an
+    object is expected, and an export must never stop half-way over one of them."""
 
     kind: str = ""
     question: str | None = None
-    status: str = Field(
+    status: str | None = Field(
+        default=None,
         description="The report's outcome (answer: done, failed, skipped, incomplete; quote: "
-        "quoted, no_answer, failed, skipped, incomplete)."
+        "quoted, no_answer, failed, skipped, incomplete).",
     )
     error: str | None = None
     incomplete_steps: list[Any] = Field(default_factory=list)
@@ -58,6 +62,13 @@ class ReportHead(StoredContract):
     request_ids: Any = None
     usage: dict[str, Any] | None = None
     summary: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("incomplete_steps", "summary", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:
+            return [] if info.field_name == "incomplete_steps" else {}
+        return value
 
 
 def schema_of(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:

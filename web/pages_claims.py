@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from markupsafe import Markup
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
@@ -275,8 +276,11 @@ def claims_report(
     summary: ClaimsSummary | None = None
     summary_error: str | None = None
     if job.summary and not explorer.replayed and job.summary.get("scorecards"):
-        summary = ClaimsSummary.model_validate(job.summary)
-    else:
+        try:
+            summary = ClaimsSummary.model_validate(job.summary)
+        except ValidationError:
+            summary = None  # stored by an older version, without some figure: replay it below
+    if summary is None:
         try:
             summary = claims_summary(session, job, supported_min=smin, contradicted_max=cmax)
         except (OptionsError, ValueError) as exc:

@@ -64,3 +64,15 @@ def test_a_recipe_must_name_known_endpoints_and_distinct_stages() -> None:
         Recipe(**{**base.__dict__, "name": "x", "stages": (StageSpec("a"), StageSpec("a"))})
     with pytest.raises(ValueError, match="no stage"):
         Recipe(**{**base.__dict__, "name": "x", "stages": ()})
+
+
+def test_a_report_stored_by_an_older_version_still_makes_a_results_line() -> None:
+    """Missing or null common fields of a stored report read as their defaults: an export never stops."""
+    from checks.kinds import answer, quote
+
+    old = {"kind": "answer", "incomplete_steps": None, "summary": None, "final": None}
+    line = answer.result_line("q1", "Q?", "done", old)
+    assert line.outcome is None and line.incomplete_steps == [] and line.final_answer is None
+    assert line.report is not None and line.report.summary == {}
+    assert quote.result_line("q1", "Q?", "failed", {"status": "failed"}).outcome == "failed"
+    assert quote.result_line("q1", "Q?", "pending", None).report is None
