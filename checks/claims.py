@@ -17,6 +17,7 @@ from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
 from checks.ndjson import (
     MAX_ERRORS_KEPT,
     UNPRINTABLE_ID,
+    Appender,
     RowCollector,
     RowError,
     Unit,
@@ -50,6 +51,7 @@ __all__ = [
     "RowError",
     "Scorecard",
     "Verdict",
+    "acceptance_bounds",
     "claim_outside_query",
     "flips",
     "modes_for",
@@ -57,6 +59,7 @@ __all__ = [
     "question",
     "request_body",
     "scorecard",
+    "stream_rows",
     "validate_cutoffs",
     "validate_rows",
     "verdict",
@@ -122,12 +125,16 @@ def _string_problem(value: str, max_chars: int) -> str | None:
 class _Checker(RowCollector):
     """Validates claim rows one at a time. Shared by both intakes (NDJSON lines, JSON items)."""
 
-    def __init__(self, *, max_rows: int, max_claim_bytes: int, unit: Unit) -> None:
+    def __init__(
+        self, *, max_rows: int, max_claim_bytes: int, unit: Unit, rows: Appender[ClaimRow] | None = None
+    ) -> None:
         if max_claim_bytes < 1:
             raise ValueError("max_claim_bytes must be at least 1")
         super().__init__(max_rows=max_rows, unit=unit, noun="claims")
         self.max_claim_bytes = max_claim_bytes
-        self.rows: list[ClaimRow] = []
+        self.kept: list[ClaimRow] = []
+        # Valid rows go here until the first error; a streamed intake passes a writer instead of a list.
+        self.rows: Appender[ClaimRow] = self.kept if rows is None else rows
 
     def check(self, line: int, obj: object) -> None:
         if type(obj) is dict and self._accept_plain(line, obj):
@@ -249,7 +256,7 @@ class _Checker(RowCollector):
             self.fail(None, None, "no claims")
         if self.errors:
             raise ClaimsValidationError(self.errors, self.more)
-        return self.rows
+        return self.kept
 
 
 def parse_ndjson_lines(
@@ -268,6 +275,23 @@ def parse_ndjson_lines(
     checker = _Checker(max_rows=max_rows, max_claim_bytes=max_claim_bytes, unit="line")
     feed_ndjson(lines, checker)
     return checker.result()
+
+
+def stream_rows(
+    lines: Iterable[bytes],
+    rows: Appender[ClaimRow],
+    *,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_claim_bytes: int = DEFAULT_MAX_CLAIM_BYTES,
+) -> int:
+    """Validate an NDJSON batch line by line (a CSV one through `checks/csv_rows.py:csv_ndjson_lines`),
+    handing each valid row to `rows` as it is read (until the first problem: from then on only problems
+    are collected). Returns the number of rows; raises ClaimsValidationError, with the same messages as
+    `parse_ndjson_lines`, naming lines from 1."""
+    checker = _Checker(max_rows=max_rows, max_claim_bytes=max_claim_bytes, unit="line", rows=rows)
+    feed_ndjson(lines, checker)
+    checker.result()
+    return checker.count
 
 
 def validate_rows(
@@ -476,6 +500,28 @@ def _check_outcome(o: Outcome) -> None:
             raise ValueError(f"outcome {o.id!r}: {name} must be finite and 0 or more, got {value!r}")
 
 
+Bounds = tuple[bool | None, bool | None, bool | None, bool | None]
+
+
+def acceptance_bounds(
+    *,
+    labelled: int,
+    labelled_errors: int,
+    missed_failures: int,
+    false_contradictions: int,
+    labelled_review: int,
+) -> Bounds:
+    """(missed_failures_ok, false_contradictions_ok, review_ok, acceptance) from a mode's labelled counts; all
+    None without a labelled claim. Shared by `scorecard` and the report's replay of stored probabilities
+    (jobs/claims_report.py), which counts in SQL and must judge exactly the same way."""
+    if labelled <= 0:
+        return None, None, None, None
+    missed_ok = missed_failures <= MAX_MISSED_FAILURES
+    false_ok = false_contradictions <= _FALSE_CONTRADICTION_RATE * labelled
+    review_ok = labelled_review <= _REVIEW_RATE * labelled
+    return missed_ok, false_ok, review_ok, missed_ok and false_ok and review_ok and labelled_errors == 0
+
+
 def scorecard(
     outcomes: Sequence[Outcome],
     *,
@@ -567,12 +613,13 @@ def scorecard(
                 flip_count += 1
 
     has_labels = labelled > 0
-    missed_ok = false_ok = review_ok = acceptance = None
-    if has_labels:
-        missed_ok = missed <= MAX_MISSED_FAILURES
-        false_ok = false_contra <= _FALSE_CONTRADICTION_RATE * labelled
-        review_ok = labelled_review <= _REVIEW_RATE * labelled
-        acceptance = missed_ok and false_ok and review_ok and labelled_errors == 0
+    missed_ok, false_ok, review_ok, acceptance = acceptance_bounds(
+        labelled=labelled,
+        labelled_errors=labelled_errors,
+        missed_failures=missed,
+        false_contradictions=false_contra,
+        labelled_review=labelled_review,
+    )
     grounded_attempts = attempts if mode == "grounded" else 0
     mean_tokens = tokens / n
     return Scorecard(

@@ -71,6 +71,21 @@ class ReportHead(StoredContract):
         return value
 
 
+class ExportEndFigures(Contract):
+    count: int = Field(ge=0, description="The lines above the trailer in this response.")
+    after: str | None = Field(description="The `?after=` custom_id this response resumed after, or null.")
+    last_id: str | None = Field(description="The custom_id of the last line above, or null.")
+
+
+class ExportEnd(Contract):
+    """The last line of every NDJSON export: without it a download is incomplete (a client that lost the
+    connection resumes with `?after=<last_id>`). Its own schema, not a result line's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    end: ExportEndFigures = Field(alias="_end")
+
+
 def schema_of(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(schema, definitions) for the OpenAPI components: references point at `#/components/schemas/`."""
     schema = model.model_json_schema(ref_template=SCHEMA_REF, mode="serialization")

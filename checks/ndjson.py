@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
 
@@ -86,6 +86,15 @@ class RowCollector:
             self.fail(line, None, f"too many {self.noun}: the limit is {self.max_rows:,} per batch")
             return True
         return False
+
+
+RowT_contra = TypeVar("RowT_contra", contravariant=True)
+
+
+class Appender(Protocol[RowT_contra]):
+    """Where a validator puts valid rows: a list, or a writer that streams them on (jobs/bulk_load.py)."""
+
+    def append(self, row: RowT_contra, /) -> None: ...
 
 
 class RowSink(Protocol):

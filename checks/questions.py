@@ -11,7 +11,15 @@ from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
 from checks.claims import ClaimsValidationError
-from checks.ndjson import MAX_ERRORS_KEPT, UNPRINTABLE_ID, RowCollector, Unit, feed_ndjson, show_value
+from checks.ndjson import (
+    MAX_ERRORS_KEPT,
+    UNPRINTABLE_ID,
+    Appender,
+    RowCollector,
+    Unit,
+    feed_ndjson,
+    show_value,
+)
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -22,6 +30,7 @@ __all__ = [
     "QuestionRow",
     "QuestionsValidationError",
     "parse_question_lines",
+    "stream_question_rows",
     "validate_question_rows",
 ]
 
@@ -55,9 +64,10 @@ def _text_problem(value: str) -> str | None:
 class _Checker(RowCollector):
     """Validates question rows one at a time."""
 
-    def __init__(self, *, max_rows: int, unit: Unit) -> None:
+    def __init__(self, *, max_rows: int, unit: Unit, rows: Appender[QuestionRow] | None = None) -> None:
         super().__init__(max_rows=max_rows, unit=unit, noun="questions")
-        self.rows: list[QuestionRow] = []
+        self.kept: list[QuestionRow] = []
+        self.rows: Appender[QuestionRow] = self.kept if rows is None else rows
 
     def check(self, line: int, obj: object) -> None:
         ok = self.known_fields(line, obj, ALLOWED_FIELDS)
@@ -116,7 +126,7 @@ class _Checker(RowCollector):
             self.fail(None, None, "no questions")
         if self.errors:
             raise QuestionsValidationError(self.errors, self.more)
-        return self.rows
+        return self.kept
 
 
 def parse_question_lines(
@@ -127,6 +137,21 @@ def parse_question_lines(
     checker = _Checker(max_rows=max_rows, unit="line")
     feed_ndjson(lines, checker)
     return checker.result()
+
+
+def stream_question_rows(
+    lines: Iterable[bytes],
+    rows: Appender[QuestionRow],
+    *,
+    max_rows: int = DEFAULT_MAX_QUESTIONS,
+) -> int:
+    """Validate an NDJSON batch of questions line by line (a CSV one through `checks/csv_rows.py`),
+    handing valid rows to `rows` as they are read (until the first problem). Returns the number of rows;
+    raises QuestionsValidationError."""
+    checker = _Checker(max_rows=max_rows, unit="line", rows=rows)
+    feed_ndjson(lines, checker)
+    checker.result()
+    return checker.count
 
 
 def validate_question_rows(

@@ -64,7 +64,14 @@ class Recipe:
     result_line: type[Any]  # the pydantic model of one results line
     summary: type[Any]  # the pydantic model of the job summary
     report: type[Any] | None = None  # the pydantic model of one entry item's report (staged kinds)
-    csv_columns: tuple[str, ...] = ()
+    csv_columns: tuple[str, ...] = ()  # the results CSV's header
+    # A row's fields: those it must have and all it may have (a CSV body's header is checked against them).
+    row_required: tuple[str, ...] = ("id",)
+    row_fields: tuple[str, ...] = ("id",)
+    # The options `parse_options` accepts (the New job page sends a kind only these) and one sentence for
+    # the page's kind hint.
+    option_names: frozenset[str] = frozenset()
+    description: str = ""
     # JSON Schemas of one row and of the options, and the OpenAPI component names they are published under
     # (kinds sharing a shape share a name). Documentation: the parsers above are the authority.
     row_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})

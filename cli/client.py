@@ -161,8 +161,14 @@ class ApiClient:
         return body
 
     def results(self, job_id: str) -> list[dict[str, Any]]:
-        """Every result line (NDJSON) of a job, parsed."""
-        return [json.loads(line) for line in self.iter_result_lines(job_id) if line.strip()]
+        """Every result line (NDJSON) of a job, parsed, without the stream's `{"_end": …}` trailer line;
+        a stream that stops before its trailer was cut short and is an error, not a shorter result."""
+        lines = [json.loads(line) for line in self.iter_result_lines(job_id) if line.strip()]
+        if not lines or set(lines[-1]) != {"_end"}:
+            raise CliError(
+                f"the results of job {job_id} from factgate at {self.where} ended early; try again"
+            )
+        return lines[:-1]
 
     def iter_result_lines(self, job_id: str, fmt: str = "ndjson") -> Iterator[str]:
         """Result lines as the server streams them (NDJSON or CSV), for `results -o FILE`."""

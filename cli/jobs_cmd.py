@@ -158,10 +158,13 @@ def results(job_id: str, output: Path | None, fmt: str, server: str | None, toke
     """Download a job's results (what exists so far, in input order) as NDJSON or CSV."""
     with open_target(server_from(server), token_from(token)) as target:
         lines = target.client.iter_result_lines(job_id, fmt)
+        last = ""
         if output is None:
             for line in lines:
                 sys.stdout.write(line + "\n")
+                last = line or last
             sys.stdout.flush()
+            _check_complete(job_id, fmt, last)
             return
         count = 0
         tmp = output.with_name(output.name + ".part")
@@ -170,12 +173,22 @@ def results(job_id: str, output: Path | None, fmt: str, server: str | None, toke
                 for line in lines:
                     fh.write(line + "\n")
                     count += 1
+                    last = line or last
+            _check_complete(job_id, fmt, last)  # a cut-short download never replaces the file
             tmp.replace(output)
         except OSError as exc:
             raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None
         finally:
             tmp.unlink(missing_ok=True)
     click.echo(f"wrote {count:,} lines to {output}", err=True)
+
+
+def _check_complete(job_id: str, fmt: str, last: str) -> None:
+    """Every download ends with a trailer (`{"_end": …}` in NDJSON, a `#end,<N>` row in CSV); without it
+    the transfer was cut short and is an error, not a shorter file."""
+    done = last.startswith('{"_end":') if fmt == "ndjson" else last.startswith("#end,")
+    if not done:
+        raise CliError(f"the results of job {job_id} ended early (no end line); download them again")
 
 
 @click.command()

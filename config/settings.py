@@ -80,9 +80,10 @@ class Settings:
     limiter_headroom: float = 0.02
 
     # Intake limits.
-    max_rows_per_job: int = 200_000
+    max_rows_per_job: int = 1_000_000
     max_claim_bytes: int = 4_096
-    max_body_bytes: int = 64 * 1024 * 1024
+    # NDJSON and CSV bodies are streamed into COPY (never held whole): 1,000,000 claims are ~80 MB.
+    max_body_bytes: int = 256 * 1024 * 1024
     # A JSON body is parsed whole before its rows are counted: bounded well below NDJSON's limit.
     max_json_body_bytes: int = 8 * 1024 * 1024
 
@@ -196,9 +197,9 @@ class Settings:
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
             limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.02),
-            max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 200_000),
+            max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 1_000_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
-            max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 64 * 1024 * 1024),
+            max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 256 * 1024 * 1024),
             max_json_body_bytes=_int(e, "FACTGATE_MAX_JSON_BODY_BYTES", 8 * 1024 * 1024),
             chord_size=_int(e, "FACTGATE_CHORD_SIZE", 50),
             dispatch_interval_s=_float(e, "FACTGATE_DISPATCH_INTERVAL_S", 0.05),

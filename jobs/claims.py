@@ -7,8 +7,8 @@ query is computed here, before anything is sent, and stored on the item (docs/sp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,7 +17,10 @@ from checks import claims as claim_rules
 from checks.kinds.claims import ClaimResult, ClaimsSummary
 from checks.options import ClaimsOptions, check_cutoffs
 from checks.pricing import DEFAULT_MODEL
+from checks.recipes import RowLimits
+from jobs import bulk_load
 from jobs.intake import UnitSpec, dedupe_key
+from jobs.keyset import page_rows
 from models import Item, Job
 
 
@@ -50,14 +53,17 @@ def claim_units(
                     dedupe_key=dedupe_key(options.model, mode, row.claim),
                 )
             )
-    warnings: list[str] = []
-    if outside:
-        shown = ", ".join(outside[:10]) + (" …" if len(outside) > 10 else "")
-        warnings.append(
-            f"{len(outside)} claim(s) are not entirely inside their web-grounding search query, so the "
-            f"search may look for something else: {shown}. Put the claim first and keep it under ~237 bytes."
-        )
+    warnings = [outside_query_warning(len(outside), outside[:10])] if outside else []
     return units, warnings
+
+
+def outside_query_warning(count: int, first_ids: Sequence[str]) -> str:
+    """The intake warning for `count` claims outside their grounding query (`first_ids`: up to 10)."""
+    shown = ", ".join(first_ids[:10]) + (" …" if count > 10 else "")
+    return (
+        f"{count} claim(s) are not entirely inside their web-grounding search query, so the "
+        f"search may look for something else: {shown}. Put the claim first and keep it under ~237 bytes."
+    )
 
 
 def item_usage_of(output: dict[str, Any] | None) -> dict[str, Any]:
@@ -154,12 +160,70 @@ def claims_summary(
     )
 
 
-def iter_claim_results(session: Session, job: Job) -> Iterator[ClaimResult]:
-    """One result per claim (all modes merged), in input order, streamed in constant memory."""
+_RESULT_COLUMNS = (
+    Item.position,
+    Item.id,
+    Item.custom_id,
+    Item.mode,
+    Item.input,
+    Item.output,
+    Item.status,
+    Item.error,
+)
+ResultRow = tuple[int, int, str, str, dict[str, Any], dict[str, Any] | None, str, str | None]
+
+
+def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]:
+    """One mode's result of a claim, from its item's row (`_RESULT_COLUMNS`)."""
+    smin, cmax = cutoffs
+    _pos, _id, _cid, _mode, input_, output, status, error = row
+    o = output or {}
+    p = o.get("p")
+    usage = item_usage_of(output)
+    return {
+        "status": status,
+        "p": p,
+        "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
+        "request_id": o.get("request_id"),
+        "request_ids": o.get("request_ids", []),
+        "attempts": int(usage.get("attempts") or 0),
+        "input_tokens": o.get("input_tokens"),
+        "usage": usage,
+        "in_query": input_.get("in_query"),
+        "sources": o.get("sources", []),
+        "error": error if status != "done" else None,
+    }
+
+
+def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[int, int], ClaimResult]]:
+    """One result line per claim (all modes merged: a claim's modes have consecutive positions), each
+    with the (position, id) of its last item: the keyset cursor that resumes after it. Every line is
+    validated by its contract (`ClaimResult`) as it is built."""
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
+    current: dict[str, Any] | None = None
+    cursor = (-1, -1)
+    for row in rows:
+        pos, item_id, custom_id, mode, input_ = row[:5]
+        if current is None or current["custom_id"] != custom_id:
+            if current is not None:
+                yield cursor, ClaimResult.model_validate(current)
+            current = {
+                "custom_id": custom_id,
+                "claim": input_.get("claim"),
+                "label": input_.get("label"),
+                "results": {},
+            }
+        current["results"][mode] = _mode_result((smin, cmax), row)
+        cursor = (pos, item_id)
+    if current is not None:
+        yield cursor, ClaimResult.model_validate(current)
+
+
+def iter_claim_results(session: Session, job: Job) -> Iterator[ClaimResult]:
+    """One result per claim (all modes merged), in input order, streamed in constant memory."""
     rows = session.execute(
-        select(Item.position, Item.custom_id, Item.mode, Item.input, Item.output, Item.status, Item.error)
+        select(*_RESULT_COLUMNS)
         .where(Item.job_id == job.id)
         .order_by(Item.position)  # a claim's modes have consecutive positions
         .execution_options(yield_per=2_000)
@@ -167,34 +231,93 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[ClaimResult]:
     # Closed explicitly: a client that stops reading closes this generator mid-way, and a server-side
     # cursor dropped without close() leaks until the connection is reset.
     try:
-        current: dict[str, Any] | None = None
-        for _pos, custom_id, mode, input_, output, status, error in rows:
-            if current is None or current["custom_id"] != custom_id:
-                if current is not None:
-                    yield ClaimResult.model_validate(current)
-                current = {
-                    "custom_id": custom_id,
-                    "claim": input_.get("claim"),
-                    "label": input_.get("label"),
-                    "results": {},
-                }
-            o = output or {}
-            p = o.get("p")
-            usage = item_usage_of(output)
-            current["results"][mode] = {
-                "status": status,
-                "p": p,
-                "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
-                "request_id": o.get("request_id"),
-                "request_ids": o.get("request_ids", []),
-                "attempts": int(usage.get("attempts") or 0),
-                "input_tokens": o.get("input_tokens"),
-                "usage": usage,
-                "in_query": input_.get("in_query"),
-                "sources": o.get("sources", []),
-                "error": error if status != "done" else None,
-            }
-        if current is not None:
-            yield ClaimResult.model_validate(current)
+        for _cursor, record in _group_results(job, cast("Iterable[ResultRow]", rows)):
+            yield record
     finally:
         rows.close()
+
+
+def claim_results_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], ClaimResult]]:
+    """The results of the claims after the keyset cursor `after` (position, id), from at most `limit`
+    items, with each record's cursor: one short query, for exports read in chunks (web/exports.py).
+
+    The page's last claim is always left for the next page (unless it is the page's only one), so a
+    claim whose modes continue past the page is never split."""
+    rows = page_rows(session, job.id, _RESULT_COLUMNS, after=after, limit=limit)
+    records = list(_group_results(job, cast("list[ResultRow]", rows)))
+    if len(records) > 1:
+        # The page may end inside a claim (its window or limit cut it); the next page starts with it.
+        records.pop()
+    return records
+
+
+def claim_results_of(
+    session: Session, job: Job, custom_ids: Sequence[str]
+) -> tuple[list[ClaimResult], int | None]:
+    """The results of these claims (as `iter_claim_results` gives them), in input order, and the highest
+    position among their items: one page of the report, read through the (job_id, custom_id, mode) index."""
+    if not custom_ids:
+        return [], None
+    rows = session.execute(
+        select(*_RESULT_COLUMNS)
+        .where(Item.job_id == job.id, Item.custom_id.in_(list(custom_ids)))
+        .order_by(Item.position)
+    ).all()
+    last = max((int(r[0]) for r in rows), default=None)
+    records = [record for _cursor, record in _group_results(job, cast("list[ResultRow]", rows))]
+    return records, last
+
+
+class _ClaimStager:
+    """Takes each valid claim row from the checker into the COPY, as `claim_units` would make its items
+    (whether the claim fits its grounding query is decided here, once per row), counting items for the
+    quota as it goes."""
+
+    def __init__(
+        self, staged: bulk_load.StagedRows, modes: int, grounded: bool, quota: Callable[[int], None]
+    ) -> None:
+        self._staged = staged
+        self._modes = modes
+        self._grounded = grounded
+        self._quota = quota
+        self.items = 0
+        self.outside = 0
+        self.outside_ids: list[str] = []
+
+    def append(self, row: claim_rules.ClaimRow, /) -> None:
+        in_query = True
+        if self._grounded and claim_rules.claim_outside_query(row.claim):
+            in_query = False
+            self.outside += 1
+            if len(self.outside_ids) < 10:
+                self.outside_ids.append(row.id)
+        self.items += self._modes
+        self._quota(self.items)
+        self._staged.add(
+            row.id, row.claim, label=row.label, kind=row.kind, source=row.source, in_query=in_query
+        )
+
+
+def load_claim_rows(
+    session: Session,
+    job: Job,
+    options: ClaimsOptions,
+    lines: Iterable[bytes],
+    *,
+    limits: RowLimits,
+    quota: Callable[[int], None],
+) -> tuple[int, list[str]]:
+    """The claims kind's streamed intake (`jobs.kinds.StreamLoad`): each valid row is copied as it is read,
+    then an item per claim and mode is made in SQL and repeats are linked."""
+    modes = options.modes
+    with bulk_load.StagedRows(session) as staged:
+        stager = _ClaimStager(staged, len(modes), "grounded" in modes, quota)
+        claim_rules.stream_rows(
+            lines, stager, max_rows=limits.max_rows, max_claim_bytes=limits.max_claim_bytes
+        )
+    items = bulk_load.insert_claim_items(session, job.id, model=options.model, modes=modes)
+    bulk_load.link_repeats(session, job.id)
+    warnings = [outside_query_warning(stager.outside, stager.outside_ids)] if stager.outside else []
+    return items, warnings

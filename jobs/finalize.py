@@ -1,5 +1,6 @@
 """Finalize a job once every item is terminal: summary, usage, final status. Idempotent.
 
+The item counts are stored on the job row with its final status (jobs.progress reads them back).
 Safe to call from every chord body and from the sweeper at once: the status moves with a
 conditional UPDATE, so exactly one caller builds the summary; the others see it moved and stop.
 This is the one place a job ends (completed, cancelled or failed), so it is also where the job's webhook
@@ -27,7 +28,8 @@ ENDED = tuple(sorted(JobStatus.ended()))
 
 
 def build_summary(session: Session, job: Job) -> dict[str, Any]:
-    """The kind's report totals (its recipe's summary contract), as stored on the job."""
+    """The kind's report totals (its recipe's summary contract), as stored on the job. A kind's summary
+    also holds what its pages read instead of counting every item per view (claims: calibration bins)."""
     return job_kind(job.kind).summarize(session, job).dump()
 
 
@@ -86,6 +88,9 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
             "error": f"finalizing failed: {type(exc).__name__}: {exc}",
             "usage": usage_totals(session, job_id),
         }
+    # Every item is terminal and stays so while the job is ended (a retry reopens the job first), so these
+    # counts stay true: lists and status reads of the ended job use them instead of counting its items.
+    values["request_counts"] = counts.as_dict()
     session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.FINALIZING).values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)

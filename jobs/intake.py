@@ -89,6 +89,47 @@ def create_job(
     units = [
         u if u.dedupe_key is None or counts[u.dedupe_key] > 1 else replace(u, dedupe_key=None) for u in units
     ]
+    job, created = insert_job(
+        session,
+        tenant_id=tenant_id,
+        kind=kind,
+        options=options,
+        idempotency_key=idempotency_key,
+        metadata=metadata,
+        warnings=warnings,
+        simulated=simulated,
+        submission_sha256=submission_sha256,
+        total_items=len(units),
+    )
+    if not created:
+        return job, False
+    if session.get_bind().dialect.name == "postgresql":
+        _copy_items(session, job.id, units)
+    else:
+        _insert_items(session, job.id, units)
+    _link_duplicates(session, job.id, units)
+    return job, True
+
+
+def insert_job(
+    session: Session,
+    *,
+    tenant_id: uuid.UUID,
+    kind: str,
+    options: dict[str, Any],
+    idempotency_key: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    warnings: Sequence[str] = (),
+    simulated: bool = False,
+    submission_sha256: str | None = None,
+    total_items: int = 0,
+) -> tuple[Job, bool]:
+    """Insert the job row alone (status `queued`), in the session's transaction; returns (job, created).
+
+    When a concurrent request with the same Idempotency-Key inserted its job first, that job is returned
+    with created False. A streamed submission (web/intake.py `submit_stream`) inserts its job before the
+    body is read, so its items can be loaded as they arrive, and sets `total_items`, `warnings` and
+    `submission_sha256` once the body has been read (`finish_streamed_job`)."""
     now = utcnow()
     job = Job(
         tenant_id=tenant_id,
@@ -98,7 +139,7 @@ def create_job(
         idempotency_key=idempotency_key or None,
         submission_sha256=submission_sha256,
         meta=metadata or {},
-        total_items=len(units),
+        total_items=total_items,
         warnings=list(warnings),
         simulated=simulated,
         priority=str(options.get("priority") or "batch"),
@@ -111,23 +152,28 @@ def create_job(
         # against does not arise there.
         session.add(job)
         session.flush()
-    else:
-        try:
-            with session.begin_nested():
-                session.add(job)
-                session.flush()
-        except IntegrityError:
-            # Another request with the same key won the race; return its job.
-            raced = find_idempotent(session, tenant_id, idempotency_key)
-            if raced is None:
-                raise
-            return raced, False
-    if session.get_bind().dialect.name == "postgresql":
-        _copy_items(session, job.id, units)
-    else:
-        _insert_items(session, job.id, units)
-    _link_duplicates(session, job.id, units)
+        return job, True
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        # Another request with the same key won the race; return its job.
+        raced = find_idempotent(session, tenant_id, idempotency_key)
+        if raced is None:
+            raise
+        return raced, False
     return job, True
+
+
+def finish_streamed_job(
+    session: Session, job: Job, *, total_items: int, warnings: Sequence[str], submission_sha256: str | None
+) -> None:
+    """What a streamed submission knows only at the end of its body: item count, warnings, fingerprint."""
+    job.total_items = total_items
+    job.warnings = list(warnings)
+    job.submission_sha256 = submission_sha256
+    session.flush()
 
 
 def _insert_items(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]) -> None:

@@ -1,14 +1,22 @@
-"""Job progress from item counts (the job row is not rewritten per item: it would be a hot row)."""
+"""Job progress from item counts (the job row is not rewritten per item: it would be a hot row).
+
+A live job is counted through the (job_id, status) index; an ended job's counts were stored on its row
+in the transaction that ended it (jobs/finalize.py), so a list of ended jobs reads no items at all and a
+list of live ones costs one grouped query, not one per job.
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import Item
+from models import Item, Job
+
+ENDED = ("completed", "cancelled", "failed")
 
 
 @dataclass(frozen=True)
@@ -41,12 +49,7 @@ class RequestCounts:
         }
 
 
-def request_counts(session: Session, job_id: uuid.UUID) -> RequestCounts:
-    """Count the job's items by status through the (job_id, status) index."""
-    rows = session.execute(
-        select(Item.status, func.count()).where(Item.job_id == job_id).group_by(Item.status)
-    ).all()
-    by = {status: int(n) for status, n in rows}
+def _from_statuses(by: Mapping[str, int]) -> RequestCounts:
     return RequestCounts(
         total=sum(by.values()),
         completed=by.get("done", 0),
@@ -55,3 +58,50 @@ def request_counts(session: Session, job_id: uuid.UUID) -> RequestCounts:
         pending=by.get("pending", 0),
         running=by.get("running", 0),
     )
+
+
+def request_counts(session: Session, job_id: uuid.UUID) -> RequestCounts:
+    """Count the job's items by status through the (job_id, status) index."""
+    rows = session.execute(
+        select(Item.status, func.count()).where(Item.job_id == job_id).group_by(Item.status)
+    ).all()
+    return _from_statuses({status: int(n) for status, n in rows})
+
+
+def stored_counts(job: Job) -> RequestCounts | None:
+    """The counts written when the job ended, or None (a live job, or one ended before they were kept)."""
+    raw = job.request_counts if job.status in ENDED else None
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return RequestCounts(**{name: int(raw[name]) for name in RequestCounts.__dataclass_fields__})
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def job_counts(session: Session, job: Job) -> RequestCounts:
+    """One job's counts: stored for an ended job, counted for a live one."""
+    return stored_counts(job) or request_counts(session, job.id)
+
+
+def jobs_counts(session: Session, jobs: Iterable[Job]) -> dict[uuid.UUID, RequestCounts]:
+    """Counts of many jobs (a list page): stored ones as they are, the rest in one grouped query."""
+    out: dict[uuid.UUID, RequestCounts] = {}
+    counted: list[uuid.UUID] = []
+    for job in jobs:
+        stored = stored_counts(job)
+        if stored is None:
+            counted.append(job.id)
+        else:
+            out[job.id] = stored
+    if counted:
+        by: dict[uuid.UUID, dict[str, int]] = {jid: {} for jid in counted}
+        rows = session.execute(
+            select(Item.job_id, Item.status, func.count())
+            .where(Item.job_id.in_(counted))
+            .group_by(Item.job_id, Item.status)
+        ).all()
+        for jid, status, n in rows:
+            by[jid][status] = int(n)
+        out.update({jid: _from_statuses(statuses) for jid, statuses in by.items()})
+    return out

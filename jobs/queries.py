@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session, defer
 
+from jobs.keyset import page_rows
 from models import ApiCall, Item, Job
 
 
@@ -36,9 +37,13 @@ def list_jobs(
     limit: int = 50,
     kind: str | None = None,
     status: str | None = None,
+    with_summary: bool = True,
 ) -> list[Job]:
-    """The tenant's newest jobs first."""
+    """The tenant's newest jobs first. Without `with_summary` the (possibly large) stored report summary is
+    not loaded: the jobs page shows counts, cost and times, never the summary."""
     stmt = select(Job).where(Job.tenant_id == tenant_id)
+    if not with_summary:
+        stmt = stmt.options(defer(Job.summary, raiseload=True))
     if kind:
         stmt = stmt.where(Job.kind == kind)
     if status:
@@ -141,3 +146,99 @@ def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, An
             }
     finally:
         rows.close()  # a stream closed mid-way must not leave the server-side cursor open
+
+
+@dataclass(frozen=True)
+class QuestionPage:
+    """One page of an answer or quote job's questions (entries as jobs.stages.iter_question_reports gives
+    them) and the keyset cursor of the next page, "<position>:<item id>" of its last question, or None."""
+
+    entries: list[dict[str, Any]]
+    next_after: str | None
+
+
+def parse_question_cursor(raw: str | None) -> tuple[int, int] | None:
+    """`after=<position>:<item id>` from a page link, or None for the first page (and for junk)."""
+    pos, sep, item_id = (raw or "").partition(":")
+    if not sep or not pos.lstrip("-").isdigit() or not item_id.isdigit():
+        return None
+    return int(pos), int(item_id)
+
+
+def question_page(session: Session, job: Job, *, after: tuple[int, int] | None, limit: int) -> QuestionPage:
+    """The `limit` questions after the cursor, in input order: keyset on (position, id) through the
+    (job_id, position) index, so page N reads what page 1 reads, never the reports before it."""
+    stmt = select(
+        Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"], Item.position
+    ).where(Item.job_id == job.id, Item.parent_id.is_(None))
+    if after is not None:
+        stmt = stmt.where(tuple_(Item.position, Item.id) > tuple_(after[0], after[1]))
+    rows = session.execute(stmt.order_by(Item.position, Item.id).limit(limit + 1)).all()
+    entries = [
+        {
+            "custom_id": cid,
+            "question": (input_ or {}).get("question"),
+            "item_id": int(item_id),
+            "status": status,
+            "report": report,
+        }
+        for item_id, cid, input_, status, report, _pos in rows[:limit]
+    ]
+    next_after = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        next_after = f"{int(last[5])}:{int(last[0])}"
+    return QuestionPage(entries=entries, next_after=next_after)
+
+
+def unsuccessful_items_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """`iter_unsuccessful_items` after the keyset cursor `after` (position, id), at most `limit` items,
+    each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
+    columns = (
+        Item.position,
+        Item.id,
+        Item.custom_id,
+        Item.mode,
+        Item.stage,
+        Item.status,
+        Item.attempts,
+        Item.error,
+        Item.output,
+    )
+    rows = page_rows(
+        session, job.id, columns, after=after, limit=limit, where=(Item.status.in_(("failed", "skipped")),)
+    )
+    page: list[tuple[tuple[int, int], dict[str, Any]]] = []
+    for position, item_id, custom_id, mode, stage, status, attempts, error, output in rows:
+        o = output or {}
+        request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
+        page.append(
+            (
+                (position, item_id),
+                {
+                    "custom_id": custom_id,
+                    "mode": mode,
+                    "stage": stage,
+                    "position": position,
+                    "status": status,
+                    "error": error,
+                    "attempts": attempts,
+                    "request_ids": request_ids,
+                },
+            )
+        )
+    return page
+
+
+def result_cursor(session: Session, job: Job, custom_id: str) -> tuple[int, int] | None:
+    """The keyset cursor just past the submitted row `custom_id` (its last top-level item), or None when
+    the job has no such row: how an export resumes with `?after=<id>`."""
+    row = session.execute(
+        select(Item.position, Item.id)
+        .where(Item.job_id == job.id, Item.custom_id == custom_id, Item.parent_id.is_(None))
+        .order_by(Item.position.desc(), Item.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (int(row[0]), int(row[1]))

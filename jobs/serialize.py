@@ -1,22 +1,25 @@
 """The job object: the JSON every job endpoint returns (POST /v1/jobs, GET /v1/jobs/{id}, cancel, retry) and
 every webhook carries. Layer-neutral (no Flask), so the web process and the workers build the same bytes.
 
-Progress comes from item counts (jobs.progress), never from the job row, which is only written at state
-changes. Usage is the stored total once the job has been finalized, otherwise summed live from `api_calls`,
-so a running job's cost is visible while it grows. Links are paths from the site's root (factgate is served
-at the root of its host: `X-Forwarded-Prefix` is not read), the same ones the API's routes have.
+Progress comes from item counts (jobs.progress) while a job runs, and from the counts stored on the job
+row when it ended. Usage is the stored total once the job has been finalized, otherwise summed live from
+`api_calls`, so a running job's cost is visible while it grows. Links are paths from the site's root
+(factgate is served at the root of its host: `X-Forwarded-Prefix` is not read), the same ones the API's
+routes have.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from jobs.progress import request_counts
-from jobs.usage import usage_totals
+from jobs.progress import RequestCounts, job_counts, jobs_counts
+from jobs.usage import usage_totals, usage_totals_of
 from models import Job, JobStatus
 
 SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
@@ -61,9 +64,34 @@ def job_usage(session: Session, job: Job) -> dict[str, Any]:
     return usage_totals(session, job.id)
 
 
-def job_object(session: Session, job: Job) -> dict[str, Any]:
-    """The JSON status of one job (see the `Job` schema in web/openapi.py)."""
-    usage = job_usage(session, job)
+def jobs_usage(session: Session, jobs: Sequence[Job]) -> dict[uuid.UUID, dict[str, Any]]:
+    """`job_usage` of many jobs: stored ones as they are, the rest summed in one grouped query."""
+    out = {j.id: dict(j.usage) for j in jobs if j.status in ENDED_STATUSES and j.usage is not None}
+    live = [j.id for j in jobs if j.id not in out]
+    if live:
+        out.update(usage_totals_of(session, live))
+    return out
+
+
+def job_objects(session: Session, jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    """The JSON status of many jobs (a list): the same objects as `job_object`, in a fixed number of queries
+    whatever the number of jobs (stored figures for ended jobs, grouped queries for live ones)."""
+    counts = jobs_counts(session, jobs)
+    usage = jobs_usage(session, jobs)
+    return [job_object(session, j, counts=counts[j.id], usage=usage[j.id]) for j in jobs]
+
+
+def job_object(
+    session: Session,
+    job: Job,
+    *,
+    counts: RequestCounts | None = None,
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON status of one job (see the `Job` schema in web/openapi.py). `counts` and `usage` when the
+    caller already has them (job_objects)."""
+    usage = job_usage(session, job) if usage is None else usage
+    counts = job_counts(session, job) if counts is None else counts
     out: dict[str, Any] = {
         "id": str(job.id),
         "object": "job",
@@ -72,7 +100,7 @@ def job_object(session: Session, job: Job) -> dict[str, Any]:
         "options": job.options,
         "metadata": job.meta,
         "warnings": list(job.warnings or []),
-        "request_counts": request_counts(session, job.id).as_dict(),
+        "request_counts": counts.as_dict(),
         "usage": usage,
         "cost_usd": usage.get("cost_usd", 0.0),
         "timestamps": {name: iso(getattr(job, name)) for name in TIMESTAMP_FIELDS},

@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from checks import questions as question_rules
 from checks.contracts import Contract
 from checks.questions import QuestionRow
-from checks.recipes import recipe_for
+from checks.recipes import RowLimits, recipe_for
+from jobs import bulk_load
 from jobs.intake import UnitSpec
+from jobs.keyset import page_rows
 from jobs.kinds import KINDS, JobKind, StageMachine
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
@@ -78,10 +81,46 @@ def staged_kind(name: str, machine: StageMachine) -> JobKind:
         name,
         units=units,
         summarize=questions_summary,
-        results=iter_question_results,
+        results_page=question_results_page,
         machine=machine,
         ready=lambda session, job: questions_ready(session, job.id),
+        load=load_question_rows,
     )
+
+
+class _QuestionStager:
+    """Takes each valid question row into the COPY, counting items for the quota."""
+
+    def __init__(self, staged: bulk_load.StagedRows, quota: Callable[[int], None]) -> None:
+        self._staged = staged
+        self._quota = quota
+        self.items = 0
+
+    def append(self, row: QuestionRow, /) -> None:
+        self.items += 1
+        self._quota(self.items)
+        self._staged.add(row.id, row.question)
+
+
+def load_question_rows(
+    session: Session,
+    job: Job,
+    options: object,
+    lines: Iterable[bytes],
+    *,
+    limits: RowLimits,
+    quota: Callable[[int], None],
+) -> tuple[int, list[str]]:
+    """A staged kind's streamed intake (`jobs.kinds.StreamLoad`): each valid question is copied as it is
+    read, then one entry item is made per question, as `question_units` would."""
+    recipe = recipe_for(job.kind)
+    with bulk_load.StagedRows(session) as staged:
+        stager = _QuestionStager(staged, quota)
+        question_rules.stream_question_rows(lines, stager, max_rows=limits.max_rows)
+    items = bulk_load.insert_question_items(
+        session, job.id, kind=job.kind, stage=recipe.entry_stage, endpoint=recipe.stages[0].endpoint
+    )
+    return items, []
 
 
 @dataclass(frozen=True)
@@ -290,6 +329,22 @@ def iter_question_results(session: Session, job: Job) -> Iterator[Contract]:
     assert flow is not None, f"{job.kind} has no stage machine"
     for entry in _report_rows(session, job):
         yield flow.result_line(entry["custom_id"], entry["question"], entry["status"], entry["report"])
+
+
+def question_results_page(
+    session: Session, job: Job, after: tuple[int, int], limit: int
+) -> list[tuple[tuple[int, int], Contract]]:
+    """Result lines of the questions after the keyset cursor `after` (position, id), at most `limit`,
+    each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
+    flow = _machine(job.kind)
+    assert flow is not None, f"{job.kind} has no stage machine"
+    columns = (Item.position, Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
+    rows = page_rows(session, job.id, columns, after=after, limit=limit, where=(Item.parent_id.is_(None),))
+    return [
+        # the same line `iter_question_results` gives (the question as stored, like `_report_rows`)
+        ((pos, item_id), flow.result_line(cid, cast("str", (input_ or {}).get("question")), status, report))
+        for pos, item_id, cid, input_, status, report in rows
+    ]
 
 
 def questions_summary(session: Session, job: Job) -> Contract:

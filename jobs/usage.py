@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -18,8 +18,14 @@ from models import ApiCall
 
 def usage_totals(session: Session, job_id: uuid.UUID) -> dict[str, Any]:
     """Calls, tokens, searches and cost by endpoint and in total."""
+    return usage_totals_of(session, [job_id])[job_id]
+
+
+def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    """`usage_totals` of several jobs in one grouped query (a list of live jobs)."""
     rows = session.execute(
         select(
+            ApiCall.job_id,
             ApiCall.endpoint,
             func.count(),
             func.coalesce(func.sum(ApiCall.input_tokens), 0),
@@ -28,12 +34,12 @@ def usage_totals(session: Session, job_id: uuid.UUID) -> dict[str, Any]:
             func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
             func.count().filter(ApiCall.status_code == 429),
         )
-        .where(ApiCall.job_id == job_id)
-        .group_by(ApiCall.endpoint)
+        .where(ApiCall.job_id.in_(list(job_ids)))
+        .group_by(ApiCall.job_id, ApiCall.endpoint)
     ).all()
-    by_endpoint: dict[str, dict[str, Any]] = {}
-    for endpoint, calls, tin, tout, searches, cost, throttled in rows:
-        by_endpoint[endpoint] = {
+    by_job: dict[uuid.UUID, dict[str, dict[str, Any]]] = {jid: {} for jid in job_ids}
+    for job_id, endpoint, calls, tin, tout, searches, cost, throttled in rows:
+        by_job[job_id][endpoint] = {
             "http_attempts": int(calls),
             "input_tokens": int(tin),
             "output_tokens": int(tout),
@@ -41,6 +47,10 @@ def usage_totals(session: Session, job_id: uuid.UUID) -> dict[str, Any]:
             "throttled": int(throttled),
             "cost_usd": round(float(cost), 6),
         }
+    return {jid: _totals(by_endpoint) for jid, by_endpoint in by_job.items()}
+
+
+def _totals(by_endpoint: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "http_attempts": sum(v["http_attempts"] for v in by_endpoint.values()),
         "input_tokens": sum(v["input_tokens"] for v in by_endpoint.values()),

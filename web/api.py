@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,13 +19,12 @@ from checks.recipes import kind_names
 from checks.usage import DayRange, RangeError, parse_day_range
 from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
-from jobs.intake import create_job, find_idempotent, same_submission
-from jobs.queries import get_job, iter_unsuccessful_items, list_jobs, lookup_request
-from jobs.quotas import QuotaExceeded, check_items, check_submission
+from jobs.intake import same_submission
+from jobs.queries import get_job, list_jobs, lookup_request, result_cursor, unsuccessful_items_page
+from jobs.quotas import QuotaExceeded
 from jobs.usage import tenant_usage
 from models import JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant
-from web.body import Readable, check_declared_length, drain, iter_body_lines, read_json_body
 from web.errors import (
     IDEMPOTENCY_CONFLICT,
     QUOTA_EXCEEDED,
@@ -36,12 +34,11 @@ from web.errors import (
     invalid,
     not_found,
 )
-from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
-from web.fingerprint import SubmissionFingerprint
-from web.intake import PreparedJob, check_idempotency_key, loads_strict, prepare_json, prepare_ndjson
+from web.exports import CSV_RENDERERS, RESULT_ITERATORS, START, ndjson_lines, stream_job
+from web.intake import BodyFormat, check_idempotency_key, submit_stream
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings
-from web.status import status_object
+from web.status import status_object, status_objects
 from workers.api import enqueue_start
 
 log = logging.getLogger("factgate.web")
@@ -53,6 +50,7 @@ api.before_request(require_tenant)
 JSON_TYPES = ("application/json",)
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines")
 NDJSON_MIMETYPE = "application/x-ndjson"
+CSV_TYPES = ("text/csv",)
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 JOB_NOT_FOUND = "no job with that id"
@@ -98,45 +96,22 @@ def _reject_repeated_or_empty_params() -> None:
 # --- intake --------------------------------------------------------------------------------------------
 
 
-def _body_format() -> str:
-    """`json` or `ndjson` from the Content-Type, or 415."""
+def _body_format() -> BodyFormat:
+    """`json`, `ndjson` or `csv` from the Content-Type, or 415."""
     mimetype = request.mimetype
     if mimetype in NDJSON_TYPES:
         return "ndjson"
+    if mimetype in CSV_TYPES:
+        return "csv"
     if mimetype in JSON_TYPES:
         return "json"
     shown = mimetype or "none"
     raise ApiError(
         415,
         UNSUPPORTED_MEDIA,
-        f"Content-Type {shown} is not accepted; send application/json or {NDJSON_MIMETYPE}",
+        f"Content-Type {shown} is not accepted; send application/json, {NDJSON_MIMETYPE} or text/csv",
         field="Content-Type",
     )
-
-
-def _prepare_submission(body_format: str, body: Readable) -> PreparedJob:
-    """Validate the whole submission (JSON or NDJSON) read from `body`, or raise the one 4xx that names
-    the problem."""
-    cfg = settings()
-    limit = cfg.max_body_bytes
-    if body_format == "ndjson":
-        check_declared_length(limit)
-        # The lines are read lazily: kind, options and metadata (query parameters) are checked first.
-        lines = (line for _n, line in iter_body_lines(body, limit))
-        _reject_repeated_or_empty_params()
-        return prepare_ndjson(request.args, lines, cfg)
-    if request.args:
-        _reject_unknown_params(())
-    # A JSON document is parsed whole (its rows are counted only after), so its size is bounded before
-    # parsing, far below NDJSON's: a parsed document takes ~9× its bytes of memory.
-    json_limit = min(limit, cfg.max_json_body_bytes)
-    document = read_json_body(
-        json_limit,
-        loads=loads_strict,
-        stream=body,
-        hint="; send large batches as NDJSON (application/x-ndjson), which is read line by line",
-    )
-    return prepare_json(document, cfg)
 
 
 def _idempotent_reply(job: Job, fingerprint: str) -> Response:
@@ -156,59 +131,55 @@ def _idempotent_reply(job: Job, fingerprint: str) -> Response:
 @api.post("/jobs", endpoint="create_job")
 def create_job_view() -> Response:
     """Create a job (202), return the job an Idempotency-Key already created (200), or refuse to reuse a
-    key for another submission (409). Every submission's fingerprint is taken while its body is read."""
+    key for another submission (409). Every submission's fingerprint is taken while its body is read;
+    NDJSON and CSV bodies are streamed into the database (web/intake.py `submit_stream`)."""
     session = db_session()
-    tenant = current_tenant()
-    limit = settings().max_body_bytes
     key = check_idempotency_key(request.headers.get("Idempotency-Key"))
     body_format = _body_format()
-    fingerprint = SubmissionFingerprint(body_format, request.args.items(multi=True))
-    body = fingerprint.reader(request.stream)
-    existing = find_idempotent(session, tenant.id, key)
-    if existing is not None:
-        # A retry: hashed as it streams past, never validated or held whole.
-        check_declared_length(limit)
-        drain(body, limit, 0)
-        return _idempotent_reply(existing, fingerprint.hexdigest())
-    _check_quotas(lambda: check_submission(session, tenant, utcnow()))  # before reading a large body
-    prepared = _prepare_submission(body_format, body)
-    _check_quotas(lambda: check_items(tenant, len(prepared.units)))
-    drain(body, limit, body.bytes_read)  # whatever validation did not need still counts
-    job, created = create_job(
-        session,
-        tenant_id=tenant.id,
-        kind=prepared.kind,
-        options=prepared.options,
-        units=prepared.units,
-        idempotency_key=key,
-        metadata=prepared.metadata,
-        warnings=prepared.warnings,
-        simulated=settings().uses_simulator,
-        submission_sha256=fingerprint.hexdigest(),
-    )
+    if body_format == "json":
+        if request.args:
+            _reject_unknown_params(())
+    else:
+        _reject_repeated_or_empty_params()
+    try:
+        submission = submit_stream(
+            session,
+            tenant=current_tenant(),
+            settings=settings(),
+            body_format=body_format,
+            params=list(request.args.items(multi=True)),
+            stream=request.stream,
+            declared_length=request.content_length,
+            idempotency_key=key,
+            simulated=settings().uses_simulator,
+        )
+    except QuotaExceeded as exc:
+        session.rollback()
+        raise quota_error(exc) from None
+    except BaseException:
+        session.rollback()  # a streamed load stops half-way: none of it may be committed
+        raise
+    job = submission.job
+    if not submission.created:
+        return _idempotent_reply(job, submission.fingerprint)
     session.commit()
-    if not created:  # lost a race with a concurrent request carrying the same key
-        return _idempotent_reply(job, fingerprint.hexdigest())
     # Only after commit: a message must never name a job a rollback could still remove.
     _enqueue_start(job)
     return _json(status_object(session, job), 202, {"Location": _location(job)})
 
 
-def _check_quotas(check: Callable[[], None]) -> None:
-    """Run a tenant quota check; a refusal is one 4xx naming the quota, its limit, the use and the reset.
+def quota_error(exc: QuotaExceeded) -> ApiError:
+    """A quota refusal as one 4xx naming the quota, its limit, the use and the reset.
 
     429 when waiting helps (live jobs, a spent budget: `Retry-After` says until when), 413 when the job is
     too big for the tenant's quota whatever the time."""
-    try:
-        check()
-    except QuotaExceeded as exc:
-        headers: dict[str, str] = {}
-        status = 413 if exc.quota == "max_items_per_job" else 429
-        if exc.resets_at is not None:
-            headers["Retry-After"] = str(max(1, math.ceil((exc.resets_at - utcnow()).total_seconds())))
-        raise ApiError(
-            status, QUOTA_EXCEEDED, exc.message, field=exc.quota, headers=headers, extra=exc.details()
-        ) from None
+    headers: dict[str, str] = {}
+    status = 413 if exc.quota == "max_items_per_job" else 429
+    if exc.resets_at is not None:
+        headers["Retry-After"] = str(max(1, math.ceil((exc.resets_at - utcnow()).total_seconds())))
+    return ApiError(
+        status, QUOTA_EXCEEDED, exc.message, field=exc.quota, headers=headers, extra=exc.details()
+    )
 
 
 def _location(job: Job) -> str:
@@ -258,7 +229,7 @@ def list_jobs_view() -> Response:
     status = _choice_param("status", JOB_STATUSES)
     session = db_session()
     jobs = list_jobs(session, current_tenant().id, limit=limit, kind=kind, status=status)
-    return _json({"object": "list", "data": [status_object(session, j) for j in jobs]})
+    return _json({"object": "list", "data": status_objects(session, jobs)})
 
 
 @api.get("/jobs/<job_id>", endpoint="get_job")
@@ -269,19 +240,31 @@ def get_job_view(job_id: str) -> Response:
 
 @api.get("/jobs/<job_id>/results")
 def job_results(job_id: str) -> Response:
-    """Results streamed as NDJSON (default) or CSV; whatever exists so far, in input order."""
-    _reject_unknown_params(("format",))
+    """Results streamed as NDJSON (default) or CSV; whatever exists so far, in input order, read in short
+    keyset chunks and ended by a trailer (web/exports.py). `?after=<custom_id>` resumes an NDJSON stream
+    after that row."""
+    _reject_unknown_params(("format", "after"))
     fmt = _choice_param("format", ("ndjson", "csv")) or "ndjson"
+    after = request.args.get("after")
     job = _job_or_404(job_id)
     iterator = RESULT_ITERATORS.get(job.kind)  # every registered kind has one (tests/unit/test_recipes.py)
     if iterator is None:  # a row written by a version with a kind this one lacks
         raise conflict(f"{job.kind} is not a job kind this version knows")
     sessions = resources().sessions
     if fmt == "csv":
+        if after is not None:
+            raise invalid("after resumes the NDJSON stream only; leave it out with format=csv", field="after")
         resp = Response(stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind]), mimetype="text/csv")
         resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
     else:
-        resp = Response(stream_job(sessions, job.id, iterator, ndjson_lines), mimetype=NDJSON_MIMETYPE)
+        start = START
+        if after is not None:
+            cursor = result_cursor(db_session(), job, after)
+            if cursor is None:
+                raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
+            start = cursor
+        body = stream_job(sessions, job.id, iterator, ndjson_lines, start=start, after=after)
+        resp = Response(body, mimetype=NDJSON_MIMETYPE)
         resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
     resp.headers["X-Job-Status"] = job.status
     return resp
@@ -289,10 +272,10 @@ def job_results(job_id: str) -> Response:
 
 @api.get("/jobs/<job_id>/errors")
 def job_errors(job_id: str) -> Response:
-    """Failed and skipped items as NDJSON, with their errors and upstream request ids."""
+    """Failed and skipped items as NDJSON, with their errors and upstream request ids (trailer last)."""
     _reject_unknown_params(())
     job = _job_or_404(job_id)
-    lines = stream_job(resources().sessions, job.id, iter_unsuccessful_items, ndjson_lines)
+    lines = stream_job(resources().sessions, job.id, unsuccessful_items_page, ndjson_lines)
     resp = Response(lines, mimetype=NDJSON_MIMETYPE)
     resp.headers["X-Job-Status"] = job.status
     return resp

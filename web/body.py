@@ -1,4 +1,4 @@
-"""Reading request bodies within the size limit: all of a JSON document, or NDJSON line by line.
+"""Reading request bodies within the size limit: all of a JSON document, or NDJSON and CSV line by line.
 
 The limit is checked twice: against `Content-Length` before anything is read (a client that declares
 too much gets a 413 at once), and again while reading, because a chunked body declares nothing and a
@@ -95,12 +95,16 @@ def drain(stream: Readable, limit: int, seen: int, chunk_bytes: int = CHUNK_BYTE
 def read_json_body(
     limit: int, loads: Callable[[str], Any] = json.loads, stream: Readable | None = None, hint: str = ""
 ) -> Any:
-    """The request body (or `stream`) parsed as one JSON document; 400 naming where it stops being JSON."""
-    try:
-        check_declared_length(limit)
-    except ApiError as exc:
-        exc.message += hint
-        raise
+    """The request body (or `stream`) parsed as one JSON document; 400 naming where it stops being JSON.
+
+    The request's declared length is checked only when reading the request itself: a `stream` may be one
+    part of a larger request (an uploaded file), whose caller checks what it declares."""
+    if stream is None:
+        try:
+            check_declared_length(limit)
+        except ApiError as exc:
+            exc.message += hint
+            raise
     raw = read_body(request.stream if stream is None else stream, limit, hint)
     if not raw.strip():
         raise invalid("request body is empty; send a JSON object")

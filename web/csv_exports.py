@@ -1,12 +1,16 @@
 """CSV downloads of `answer` and `quote` results: one row per question, flat columns.
 
 The NDJSON download holds the whole report; the CSV is the spreadsheet view of the outcome. Rows are
-built from `jobs.stages.iter_question_results` lines (`AnswerResult` / `QuoteResult`, read by attribute)
-and streamed like web/exports.py's claims CSV.
+built from the kind's `results_page` lines (`AnswerResult` / `QuoteResult`, read by attribute) and streamed
+like web/exports.py's claims CSV, ending with the `#end,<N>` row.
 
 An incomplete question says so in its row: `outcome` is `incomplete`, `incomplete_steps` names every step
 that did not run to the end, and the answer so far goes to `partial_answer`, never to `final_answer` (the
 columns added for this come last, so existing readers of the first columns are unaffected).
+
+Every CSV download ends with a row `#end,<N>`: N data rows are above it. A spreadsheet shows it as an
+ordinary last row, a script drops the row whose first cell is `#end`; a file that does not end with it
+was cut short (a count in a response header could not say that: the body is sent before it is counted).
 """
 
 from __future__ import annotations
@@ -22,6 +26,32 @@ from web.csv_safety import SafeCsv
 
 ANSWER_COLUMNS = answer_kind.CSV_COLUMNS
 QUOTE_COLUMNS = quote_kind.CSV_COLUMNS
+
+
+END_CELL = "#end"
+
+
+class CsvTally:
+    """A `SafeCsv` that counts its data rows and ends the file with the `#end,<N>` trailer row."""
+
+    def __init__(self, out: SafeCsv) -> None:
+        self._out = out
+        self.rows = 0
+
+    def header(self, columns: Sequence[str]) -> None:
+        self._out.row(columns)
+
+    def row(self, cells: Sequence[object]) -> None:
+        self._out.row(cells)
+        self.rows += 1
+
+    def take(self) -> str:
+        return self._out.take()
+
+    def end(self) -> str:
+        """The rest of the file: whatever is buffered, then the trailer row."""
+        self._out.row((END_CELL, str(self.rows)))
+        return self._out.take()
 
 
 def _num(value: object) -> str:
@@ -79,23 +109,22 @@ def _quote_row(line: QuoteResult) -> Sequence[object]:
     )
 
 
-def _csv(
+def csv_renderer(
     columns: Sequence[str], row: Callable[[Any], Sequence[object]]
 ) -> Callable[[Iterator[Any]], Iterator[str]]:
-    """A renderer of one kind's result lines (its recipe's `result_line` contract), header first."""
+    """A renderer of one kind's result lines (its recipe's `result_line` contract), header first, the
+    `#end` row last."""
 
     def render(records: Iterator[Any]) -> Iterator[str]:
-        out = SafeCsv()
-        out.row(columns)
+        out = CsvTally(SafeCsv())
+        out.header(columns)
         for record in records:
             out.row(row(record))
             yield out.take()
-        tail = out.take()
-        if tail:
-            yield tail
+        yield out.end()
 
     return render
 
 
-answers_csv = _csv(ANSWER_COLUMNS, _answer_row)
-quotes_csv = _csv(QUOTE_COLUMNS, _quote_row)
+answers_csv = csv_renderer(ANSWER_COLUMNS, _answer_row)
+quotes_csv = csv_renderer(QUOTE_COLUMNS, _quote_row)

@@ -1,45 +1,132 @@
 """Streamed exports of a job: results as NDJSON or CSV, failed and skipped items as NDJSON.
 
-Generators over server-side cursors (`yield_per`), so a 200,000-item job streams in constant memory.
-A stream owns its database session (`stream_job`): Flask tears the request's app context down when
-the view returns, before the first chunk is sent, so the request's session would be closed under the
-cursor. The stream's session closes when the generator finishes or the server closes it (client gone).
-They stream whatever exists: a running job's export holds its finished rows and the pending ones with
-status `pending`.
+Read in keyset chunks (jobs/keyset.py), each in its own short session: `CHUNK_ITEMS` items ordered by
+(position, id) are read, the session is closed (its transaction ends) and only then are the chunk's lines
+sent. No transaction or cursor is held while the client reads, so a slow reader neither pins a connection nor
+runs into Postgres' `idle_in_transaction_session_timeout` (which used to cut a download short while it
+still ended with status 200), and a 1,000,000-item job streams in constant memory.
+
+A stream reads whatever exists: a running job's export holds its finished rows and the pending ones with
+status `pending`. A stream opens its sessions itself (`stream_job`): Flask tears the request's app
+context down when the view returns, before the first chunk is sent.
+
+Every export ends with a trailer, so a truncated transfer never looks complete:
+- NDJSON: a last line `{"_end": {"count": N, "after": <the ?after= given or null>, "last_id": <the last
+  line's custom_id or null>}}`, N being the lines above it in this response. A client that lost the
+  connection resumes with `?after=<the custom_id of the last line it has>`.
+- CSV: a last row whose first cell is `#end` and second the number of data rows above it (spreadsheets
+  show it as an ordinary last row; a file without it is incomplete).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from checks.contracts import Contract
+from checks.contracts import Contract, ExportEnd
 from checks.kinds.claims import CSV_COLUMNS, ClaimResult
+from jobs.keyset import START, Cursor
+from jobs.kinds import ResultPage
 from models import Job
+from web.csv_exports import CsvTally
 from web.csv_safety import SafeCsv
-from web.kinds import CSV_RENDERERS, RESULT_ITERATORS, Renderer, ResultIterator
+from web.kinds import CSV_RENDERERS, RESULT_ITERATORS, Renderer
 
-__all__ = ["CSV_RENDERERS", "RESULT_ITERATORS", "claims_csv", "ndjson_lines", "stream_job"]
+__all__ = [
+    "CHUNK_ITEMS",
+    "CSV_RENDERERS",
+    "RESULT_ITERATORS",
+    "START",
+    "Progress",
+    "claims_csv",
+    "ndjson_lines",
+    "ndjson_trailer",
+    "read_chunks",
+    "stream_job",
+]
+
+# A page of records with their cursors: a kind's result lines (contracts), or the unsuccessful items
+# export's plain dicts (jobs.queries.unsuccessful_items_page).
+AnyPage = ResultPage | Any
+
+CHUNK_ITEMS = 1_000
+
+
+@dataclass
+class Progress:
+    """What a stream has sent so far: records, and the custom_id of the last one (for the trailer)."""
+
+    after: str | None = None
+    count: int = 0
+    last_id: str | None = None
+
+
+def read_chunks(
+    sessions: sessionmaker[Session],
+    job_id: uuid.UUID,
+    pages: AnyPage,
+    progress: Progress,
+    *,
+    start: Cursor = START,
+    chunk_items: int = CHUNK_ITEMS,
+) -> Iterator[Contract | dict[str, Any]]:
+    """Every record after `start`, read `chunk_items` at a time, each chunk in a session closed before
+    its records are yielded (so none is open while the client reads them)."""
+    cursor = start
+    while True:
+        with sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None:  # deleted since the view's check (or between chunks)
+                return
+            page: Sequence[tuple[Cursor, Contract | dict[str, Any]]] = pages(
+                session, job, cursor, chunk_items
+            )
+        if not page:
+            return
+        for record_cursor, record in page:
+            cursor = record_cursor
+            progress.count += 1
+            custom_id = (
+                record.get("custom_id") if isinstance(record, dict) else getattr(record, "custom_id", None)
+            )
+            progress.last_id = custom_id if isinstance(custom_id, str) else None
+            yield record
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def ndjson_lines(records: Iterator[Contract | dict[str, Any]]) -> Iterator[str]:
-    """One compact JSON document per line (a result line's contract, or a plain dict)."""
+    """One compact JSON document per line: a result line's contract, or a plain dict (the trailer is added
+    by `stream_job`)."""
     for record in records:
         if isinstance(record, Contract):
             # pydantic's serializer: compact and UTF-8 unescaped, the bytes json.dumps gave, and cheaper
             yield record.model_dump_json() + "\n"
         else:
-            yield json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+            yield _json_line(record)
+
+
+def ndjson_trailer(progress: Progress) -> str:
+    """The last line of an NDJSON export (its contract: `ExportEnd`): it is complete, and this is what it
+    held."""
+    end = ExportEnd.model_validate(
+        {"_end": {"count": progress.count, "after": progress.after, "last_id": progress.last_id}}
+    )
+    return end.model_dump_json(by_alias=True) + "\n"
 
 
 def claims_csv(records: Iterator[ClaimResult]) -> Iterator[str]:
-    """One CSV row per claim per mode, header first (`claims` results only); cells are formula-safe."""
-    out = SafeCsv()
-    out.row(CSV_COLUMNS)
+    """One CSV row per claim per mode, header first, `#end` row last (`claims` results only); cells are
+    formula-safe."""
+    out = CsvTally(SafeCsv())
+    out.header(CSV_COLUMNS)
     yield out.take()
     for record in records:
         label = record.label
@@ -57,17 +144,21 @@ def claims_csv(records: Iterator[ClaimResult]) -> Iterator[str]:
                 )
             )
         yield out.take()
+    yield out.end()
 
 
 def stream_job(
     sessions: sessionmaker[Session],
     job_id: uuid.UUID,
-    records: ResultIterator | Callable[[Session, Job], Iterator[dict[str, Any]]],
+    pages: AnyPage,
     render: Renderer,
+    *,
+    start: Cursor = START,
+    after: str | None = None,
 ) -> Iterator[str]:
-    """Render `records(session, job)` with a session opened on the first chunk and closed after the last."""
-    with sessions() as session:
-        job = session.get(Job, job_id)
-        if job is None:  # deleted between the view's check and the first chunk
-            return
-        yield from render(records(session, job))
+    """Render the records of `pages` read in chunks after `start` (`after` is the `?after=` id it was
+    resolved from), then, for NDJSON, the trailer line (CSV renderers end with their own `#end` row)."""
+    progress = Progress(after=after)
+    yield from render(read_chunks(sessions, job_id, pages, progress, start=start))
+    if render is ndjson_lines:
+        yield ndjson_trailer(progress)

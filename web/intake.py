@@ -1,13 +1,19 @@
 """Turning a POST /v1/jobs request into a validated job: kind, options, rows, metadata — or one 400.
 
-Two body formats carry the same submission:
+Three body formats carry the same submission:
 - JSON: `{"kind", "options", "items": [...], "metadata"}`; row problems are named `items[i]` (0-based).
-- NDJSON (`application/x-ndjson`): one row per line, read line by line from the stream; kind, options
-  and metadata come from query parameters; row problems are named by 1-based line.
+  Bounded before parsing (`FACTGATE_MAX_JSON_BODY_BYTES`): a parsed document takes ~9× its bytes.
+- NDJSON (`application/x-ndjson`): one row per line; kind, options and metadata come from query
+  parameters; row problems are named by 1-based line.
+- CSV (`text/csv`): a header line, then one row per record (checks/csv_rows.py); like NDJSON otherwise.
 
-Each job kind's recipe (checks/kinds/) is its intake (`RecipeIntake`, in `KINDS`). Everything is checked
-before anything is stored. For NDJSON the cheap checks (kind, options, metadata) run before the first line
-is read, so a typo in a query parameter fails at once instead of after a 60 MB upload.
+`submit_stream` is the one entry point for every body format (the API and the upload page use it).
+Each job kind's recipe (checks/kinds/) is its intake (`RecipeIntake`, in `KINDS`). NDJSON and CSV bodies
+of a kind with a streamed loader (`jobs.kinds.JobKind.load`) are streamed: the job row is inserted first,
+in the request's transaction, and each row goes into a Postgres COPY as soon as it is validated
+(jobs/bulk_load.py), so a 1,000,000-row body is never held whole, as bytes or as rows. A bad row anywhere
+rolls everything back: nothing is stored. The cheap checks (kind, options, metadata) run before the first
+line is read, so a typo in a query parameter fails at once instead of after an 80 MB upload.
 """
 
 from __future__ import annotations
@@ -15,17 +21,24 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
+from checks.csv_rows import CsvError, csv_ndjson_lines
 from checks.options import OptionsError
 from checks.recipes import RowLimits, kind_names, recipe_for
 from config import Settings
-from jobs.intake import UnitSpec
+from jobs.intake import UnitSpec, create_job, find_idempotent, finish_streamed_job, insert_job
 from jobs.kinds import job_kind
-from web.errors import invalid
+from jobs.quotas import check_items, check_submission
+from models import Job, Tenant, utcnow
+from web.body import Readable, drain, iter_body_lines, read_json_body
+from web.errors import invalid, too_large
+from web.fingerprint import SubmissionFingerprint
 
 MAX_METADATA_BYTES = 16 * 1024
 MAX_IDEMPOTENCY_KEY_CHARS = 200  # the column's width
@@ -53,9 +66,37 @@ class KindIntake(Protocol):
         """Validated options (any object); called before the body is read."""
         ...
 
+    @property
+    def streams(self) -> bool:
+        """Whether `load` may be called (else NDJSON and CSV bodies are validated in memory)."""
+        ...
+
     def from_lines(self, options: Any, lines: Iterable[bytes], settings: Settings) -> PreparedRows: ...
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows: ...
+
+    def load(
+        self,
+        session: Session,
+        job: Job,
+        *,
+        options: Any,
+        lines: Iterable[bytes],
+        settings: Settings,
+        quota: Callable[[int], None],
+    ) -> LoadedRows:
+        """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
+        into `job`'s items as it is read (Postgres).
+        `quota(items)` is called with the running item count and raises when it is over the quota."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoadedRows:
+    """What a streamed load stored: the item count and the intake warnings."""
+
+    items: int
+    warnings: list[str]
 
 
 @dataclass(frozen=True)
@@ -131,6 +172,30 @@ class RecipeIntake:
         except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=False) from None
         return self._units(options, rows)
+
+    @property
+    def streams(self) -> bool:
+        """Whether NDJSON and CSV bodies of this kind are loaded as they stream (its jobs/ part's loader)."""
+        return job_kind(self.kind).load is not None
+
+    def load(
+        self,
+        session: Session,
+        job: Job,
+        *,
+        options: Any,
+        lines: Iterable[bytes],
+        settings: Settings,
+        quota: Callable[[int], None],
+    ) -> LoadedRows:
+        loader = job_kind(self.kind).load
+        if loader is None:
+            raise TypeError(f"kind {self.kind!r} has no streamed loader (check `streams` first)")
+        try:
+            items, warnings = loader(session, job, options, lines, limits=_limits(settings), quota=quota)
+        except claim_rules.ClaimsValidationError as exc:
+            raise rows_error(exc, json_items=False) from None
+        return LoadedRows(items=items, warnings=warnings)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
         try:
@@ -298,3 +363,154 @@ def prepare_ndjson(args: Mapping[str, str], lines: Iterator[bytes], settings: Se
     kind, intake, options, metadata = ndjson_submission(args)
     prepared = intake.from_lines(options, lines, settings)
     return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
+
+
+# --- one entry point for every body format ------------------------------------------------------------
+
+BodyFormat = Literal["json", "ndjson", "csv"]
+JSON_TOO_LARGE_HINT = "; send large batches as NDJSON (application/x-ndjson) or CSV, which are streamed"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `submit_stream` did. `created` False: the Idempotency-Key's job, returned as it was (the
+    caller compares `fingerprint` with it: `jobs.intake.same_submission`). When `created` is True the
+    job and its items are flushed but not committed: the caller commits, then enqueues `start_job`."""
+
+    job: Job
+    created: bool
+    fingerprint: str
+
+
+def submit_stream(
+    session: Session,
+    *,
+    tenant: Tenant,
+    settings: Settings,
+    body_format: BodyFormat,
+    params: Sequence[tuple[str, str]],
+    stream: Readable,
+    declared_length: int | None = None,
+    idempotency_key: str | None = None,
+    simulated: bool = False,
+) -> Submission:
+    """Create a job from a submission whose body is read from `stream` (a file-like byte stream).
+
+    `params` are the submission's query parameters (kind, options and metadata for NDJSON and CSV; none
+    for JSON), each name at most once. Raises `ApiError` (400 naming the line and field, 413 over a body
+    limit) or `jobs.quotas.QuotaExceeded`; nothing is stored then (the caller rolls back). The body is
+    hashed as it is read for the submission fingerprint; on Postgres NDJSON and CSV bodies are loaded
+    with COPY as they stream, elsewhere (SQLite) they are collected first.
+    """
+    limit = settings.max_body_bytes
+    fingerprint = SubmissionFingerprint(body_format, params)
+    body = fingerprint.reader(stream)
+    if declared_length is not None and declared_length > limit:
+        raise too_large(limit)
+    existing = find_idempotent(session, tenant.id, idempotency_key)
+    if existing is not None:
+        # A retry: hashed as it streams past, never validated or held whole.
+        drain(body, limit, 0)
+        return Submission(existing, False, fingerprint.hexdigest())
+    check_submission(session, tenant, utcnow())  # before reading a large body
+    args = dict(params)
+    if (
+        body_format == "json"
+        or session.get_bind().dialect.name != "postgresql"
+        or not _streamed_kind(args.get("kind"))
+    ):
+        prepared = _prepare_whole(body_format, args, body, declared_length, settings)
+        check_items(tenant, len(prepared.units))
+        drain(body, limit, body.bytes_read)  # whatever validation did not need still counts
+        job, created = create_job(
+            session,
+            tenant_id=tenant.id,
+            kind=prepared.kind,
+            options=prepared.options,
+            units=prepared.units,
+            idempotency_key=idempotency_key,
+            metadata=prepared.metadata,
+            warnings=prepared.warnings,
+            simulated=simulated,
+            submission_sha256=fingerprint.hexdigest(),
+        )
+        return Submission(job, created, fingerprint.hexdigest())
+    kind, intake, options, metadata = ndjson_submission(args)
+    job, created = insert_job(
+        session,
+        tenant_id=tenant.id,
+        kind=kind,
+        options=options.as_dict(),
+        idempotency_key=idempotency_key,
+        metadata=metadata,
+        simulated=simulated,
+    )
+    if not created:  # lost a race with a concurrent request carrying the same key
+        drain(body, limit, 0)
+        return Submission(job, False, fingerprint.hexdigest())
+    lines = _row_lines(body_format, kind, body, limit)
+    try:
+        loaded = intake.load(
+            session,
+            job,
+            options=options,
+            lines=lines,
+            settings=settings,
+            quota=lambda items: check_items(tenant, items),
+        )
+    except CsvError as exc:
+        raise csv_error(exc) from None
+    drain(body, limit, body.bytes_read)
+    finish_streamed_job(
+        session,
+        job,
+        total_items=loaded.items,
+        warnings=loaded.warnings,
+        submission_sha256=fingerprint.hexdigest(),
+    )
+    return Submission(job, True, fingerprint.hexdigest())
+
+
+def _streamed_kind(kind: str | None) -> bool:
+    """A known kind whose rows its jobs/ part loads as they stream (an unknown one is refused, 400, on the
+    in-memory path like any other)."""
+    return kind is not None and kind in KINDS and KINDS[kind].streams
+
+
+def _row_lines(body_format: BodyFormat, kind: str, body: Readable, limit: int) -> Iterator[bytes]:
+    """The body's rows as NDJSON lines, read lazily: a CSV body's records become the NDJSON line each
+    would be, on the line number it starts on (checks/csv_rows.py), so one checker serves both."""
+    lines = (line for _n, line in iter_body_lines(body, limit))
+    return csv_ndjson_lines(lines, kind) if body_format == "csv" else lines
+
+
+def csv_error(exc: CsvError) -> Exception:
+    """400 for what only a CSV body can get wrong (header, field count, quoting), naming line and column."""
+    return invalid(str(exc), field=exc.field, line=exc.line)
+
+
+def _prepare_whole(
+    body_format: BodyFormat,
+    args: Mapping[str, str],
+    body: Readable,
+    declared_length: int | None,
+    settings: Settings,
+) -> PreparedJob:
+    """The submission validated with its rows in memory: JSON always, NDJSON and CSV off Postgres."""
+    limit = settings.max_body_bytes
+    if body_format in {"ndjson", "csv"}:
+        kind, intake, options, metadata = ndjson_submission(args)
+        try:
+            prepared = intake.from_lines(options, _row_lines(body_format, kind, body, limit), settings)
+        except CsvError as exc:
+            raise csv_error(exc) from None
+        return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
+    # A JSON document is parsed whole (its rows are counted only after), so its size is bounded before
+    # parsing, far below the streamed formats': a parsed document takes ~9× its bytes of memory.
+    json_limit = min(limit, settings.max_json_body_bytes)
+    if declared_length is not None and declared_length > json_limit:
+        refusal = too_large(json_limit)
+        refusal.message += JSON_TOO_LARGE_HINT
+        raise refusal
+    document = read_json_body(json_limit, loads=loads_strict, stream=body, hint=JSON_TOO_LARGE_HINT)
+    return prepare_json(document, settings)

@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from checks.claims import CONTRADICTED_MAX, MAX_ERRORS_KEPT, SUPPORTED_MIN
-from checks.contracts import schema_of
+from checks.contracts import ExportEnd, schema_of
 from checks.options import CLAIMS_MODES
 from checks.pricing import KNOWN_MODELS
 from checks.recipes import kind_names, recipe_for
@@ -246,7 +246,8 @@ SCHEMAS: dict[str, Any] = {
             "error": {"type": ["string", "null"]},
             "summary": {
                 "type": ["object", "null"],
-                "description": "Report totals, written when the job ends. claims: the scorecard per mode; "
+                "description": "Report totals, written when the job ends. claims: the scorecard per mode, "
+                "the flips between modes and the calibration bins; "
                 "answer/quote: question outcomes and totals (sentences, investigations, replacements, "
                 "requests, tokens / quotes and no-answers).",
             },
@@ -467,13 +468,18 @@ PATHS: dict[str, Any] = {
             "operationId": "createJob",
             "summary": "Submit a batch",
             "description": (
-                "Validates the whole batch first; any problem rejects it whole and nothing is stored. "
-                "Send JSON (`JobSubmission`) or NDJSON (`application/x-ndjson`, one row per line: `ClaimRow` "
-                "for claims, `QuestionRow` for answer and quote; "
-                "kind/options/metadata as query parameters; blank lines are skipped but counted). "
-                "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB, the body by FACTGATE_MAX_BODY_BYTES "
-                "(413, checked against Content-Length and again while reading). Unknown query parameters "
-                "are rejected as unknown options. The job is committed before it is queued."
+                "Validates the whole batch; any problem rejects it whole and nothing is stored. "
+                "Send JSON (`JobSubmission`, at most FACTGATE_MAX_JSON_BODY_BYTES, bounded before parsing), "
+                "NDJSON (`application/x-ndjson`, one row per line: `ClaimRow` for claims, `QuestionRow` "
+                "for answer and quote) or CSV (`text/csv`: a header line `id,claim` plus optional `label`, "
+                "`kind`, `source` columns for claims, `id,question` for answer and quote; `label` cells are "
+                "`true`, `false` or empty). NDJSON and CSV carry kind/options/metadata as query "
+                "parameters, are streamed into the database as they are validated, and name problems by "
+                "1-based line (a CSV's header is line 1); blank lines are skipped but counted. "
+                "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB (default 1,000,000), streamed bodies by "
+                "FACTGATE_MAX_BODY_BYTES (413, checked against Content-Length and again while reading). "
+                "Unknown query parameters are rejected as unknown options. The job is committed before it "
+                "is queued."
             ),
             "parameters": [
                 {
@@ -504,6 +510,13 @@ PATHS: dict[str, Any] = {
                             "description": "One row per line.",
                         },
                     },
+                    "text/csv": {
+                        "schema": {
+                            "oneOf": [],  # every recipe's row schema (openapi_document)
+                            "description": "A header line naming the row's fields, then one record per row "
+                            "(`label` as true/false; an empty cell is an absent optional field).",
+                        },
+                    },
                 },
             },
             "responses": {
@@ -521,10 +534,11 @@ PATHS: dict[str, Any] = {
                     "(`field` is `Idempotency-Key`, `job_id` the job that holds it). Nothing is stored."
                 ),
                 "413": _error(
-                    "Body larger than FACTGATE_MAX_BODY_BYTES, or (type `quota_exceeded`, field "
-                    "`max_items_per_job`) more items than the tenant's quota allows in one job."
+                    "Body larger than FACTGATE_MAX_BODY_BYTES (NDJSON, CSV) or FACTGATE_MAX_JSON_BODY_BYTES "
+                    "(JSON), or (type `quota_exceeded`, field `max_items_per_job`) more items than the "
+                    "tenant's quota allows in one job (counted while the body streams). Nothing is stored."
                 ),
-                "415": _error("Content-Type is neither application/json nor application/x-ndjson."),
+                "415": _error("Content-Type is none of application/json, application/x-ndjson, text/csv."),
                 "429": _error(
                     "Type `quota_exceeded`: the tenant has as many live jobs as `max_active_jobs` allows, or "
                     "has spent its `daily_budget_usd` / `monthly_budget_usd`. `field` names the quota; "
@@ -569,10 +583,14 @@ PATHS: dict[str, Any] = {
             "summary": "Results, streamed in input order",
             "description": (
                 "Streams whatever exists: while the job runs, unfinished claims appear with status "
-                "`pending`/`running` and no verdict (no 409). NDJSON: one line per submitted row, the "
-                "kind's result line (`ClaimResult` per claim; `AnswerResult` / `QuoteResult` per question). "
+                "`pending`/`running` and no verdict (no 409). Read in short keyset chunks (no transaction "
+                "is held while the client reads). NDJSON: one line per submitted row, the kind's result "
+                "line (`ClaimResult` per claim; `AnswerResult` / `QuoteResult` per question); the last line "
+                "is always `ExportEnd` (without it the transfer was cut short: resume with `?after=`). "
                 "CSV (`?format=csv`, sent as an attachment): one row per claim per mode with columns "
-                "custom_id, mode, status, p, verdict, label, request_id, error."
+                "custom_id, mode, status, p, verdict, label, request_id, error (answer and quote: one row "
+                "per question); the last row is `#end,<number of data rows>`. Cells that a spreadsheet "
+                "would run as a formula get a leading apostrophe."
             ),
             "parameters": [
                 JOB_ID,
@@ -581,17 +599,27 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {"type": "string", "enum": ["ndjson", "csv"], "default": "ndjson"},
                 },
+                {
+                    "name": "after",
+                    "in": "query",
+                    "description": "NDJSON only: resume after the row with this `custom_id` (the last "
+                    "line received); 400 when the job has no such row.",
+                    "schema": {"type": "string", "minLength": 1},
+                },
             ],
             "responses": {
                 "200": {
                     "description": "The results.",
                     "headers": JOB_STATUS_HEADER,
                     "content": {
-                        NDJSON: {"schema": {"oneOf": []}},  # every recipe's result line
+                        # every recipe's result line, then the `ExportEnd` trailer (openapi_document)
+                        NDJSON: {"schema": {"oneOf": []}},
                         "text/csv": {"schema": {"type": "string"}},
                     },
                 },
-                "400": _error("Unknown format or query parameter."),
+                "400": _error(
+                    "Unknown format or query parameter; `after` with format=csv, or naming no row of the job."
+                ),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
                 "409": _error("The job's kind is not one this version knows (stored by another version)."),
@@ -605,9 +633,10 @@ PATHS: dict[str, Any] = {
             "parameters": [JOB_ID],
             "responses": {
                 "200": {
-                    "description": "One `ItemError` per line (empty when nothing failed).",
+                    "description": "One `ItemError` per line, then the `ExportEnd` line (only that line "
+                    "when nothing failed).",
                     "headers": JOB_STATUS_HEADER,
-                    "content": {NDJSON: {"schema": _ref("ItemError")}},
+                    "content": {NDJSON: {"schema": {"oneOf": [_ref("ItemError"), _ref("ExportEnd")]}}},
                 },
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
@@ -843,14 +872,18 @@ def openapi_document() -> dict[str, Any]:
     lines, summaries = _contracts(schemas)
     _kind_enums(doc, list(kind_names()))
     results = doc["paths"]["/v1/jobs/{job_id}/results"]["get"]["responses"]["200"]["content"][NDJSON]
-    results["schema"] = {"oneOf": lines}
+    schema, defs = schema_of(ExportEnd)
+    schemas.update(defs)
+    schemas["ExportEnd"] = schema
+    results["schema"] = {"oneOf": [*lines, _ref("ExportEnd")]}
     kinds = [recipe_for(k) for k in kind_names()]
     schemas["JobSubmission"]["oneOf"] = [
         _submission(r.name, r.options_schema_name, r.row_schema_name) for r in kinds
     ]
     rows = list(dict.fromkeys(r.row_schema_name for r in kinds))
-    create = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"][NDJSON]["schema"]
-    create["oneOf"] = [_ref(name) for name in rows]
+    for media in (NDJSON, "text/csv"):
+        create = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"][media]["schema"]
+        create["oneOf"] = [_ref(name) for name in rows]
     schemas["Job"]["properties"]["summary"] = {
         "anyOf": [{"type": "null"}, *summaries],
         "description": "Report totals, written when the job ends: the kind's summary.",

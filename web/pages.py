@@ -44,7 +44,8 @@ from web import page_session
 from web.auth import current_tenant
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
-from web.pages_jobs import job_view, progress_payload
+from web.pages_jobs import job_view, job_views, progress_payload
+from web.pages_new_job import new_job
 from web.pages_reports import report_context
 from web.pages_usage import usage_page
 from web.security import csrf, init_security, report_csp
@@ -176,13 +177,17 @@ def jobs() -> str:
     kind = kind if kind in kind_names() else None
     status = status if status in JOB_STATUSES else None
     sess = db_session()
-    rows = [
-        job_view(sess, j)
-        for j in list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status)
-    ]
+    rows = job_views(
+        sess,
+        list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status, with_summary=False),
+    )
     return render_template(
         "jobs.html", jobs=rows, kind=kind, status=status, kinds=kind_names(), statuses=JOB_STATUSES
     )
+
+
+# The new-job page lives in its own module; registered here so _guard (session, CSRF) covers it.
+pages.add_url_rule("/jobs/new", view_func=new_job, methods=["GET", "POST"])
 
 
 @pages.get("/jobs/<job_id>")

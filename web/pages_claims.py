@@ -1,8 +1,11 @@
 """The `claims` report: per-claim table, scorecards with the acceptance bounds, calibration, cutoff replay.
 
-Everything is read from stored items (jobs.claims); replaying other cutoffs re-scores the stored
-probabilities and never sends a request. A job with 100,000 claims is read in one streamed pass per
-page view; the page shows one slice of the table, the downloadable report streams all of it.
+Everything is read from stored items; replaying other cutoffs re-scores the stored probabilities and
+never sends a request. The page costs what it shows (jobs/claims_report.py): the scorecards come from the
+summary stored when the job ended, or, at other cutoffs, from one grouped SQL count over the stored
+probabilities; the calibration bins from the same query; the table is one page of claims found by keyset
+(`after=<position>`, never OFFSET) with only those claims' results read. The downloadable report streams
+every claim.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from checks import claims as claim_rules
 from checks.kinds.claims import ClaimResult, ClaimsSummary, FlipEntry, ScorecardFigures
 from checks.options import OptionsError, check_cutoffs
 from jobs.claims import claims_summary, iter_claim_results
+from jobs.claims_report import ModeCounts, claim_page, flips_at, matching_claims, score_counts
 from models import Job
-from web.charts import ReliabilityBin, reliability_bins, reliability_svg
+from web.charts import DEFAULT_BINS, ReliabilityBin, reliability_svg
 
 PAGE_SIZE = 100
+FLIPS_SHOWN = 200  # the flips panel lists this many; the table's "flips" filter pages through all of them
 SHOW_CHOICES: dict[str, str] = {
     "all": "all claims",
     "flips": "flips between modes",
@@ -127,6 +132,10 @@ class ClaimsReport:
     total_claims: int
     rows: list[ClaimRowView] | Iterator[ClaimRowView] = field(default_factory=list)
     summary_error: str | None = None
+    flips_total: int = 0
+    # Keyset cursors of the table: the position after which the next page starts (None on the last page).
+    next_after: int | None = None
+    after: int | None = None
 
 
 def _float_arg(raw: str | None) -> tuple[float | None, str | None]:
@@ -264,55 +273,119 @@ def _modes(job: Job) -> list[str]:
     return list(claim_rules.modes_for(job.options.get("mode", "grounded")))
 
 
+def _int_arg(raw: str | None, default: int, low: int) -> int:
+    try:
+        return max(low, int(raw or default))
+    except ValueError:
+        return default
+
+
+def _calibration_bins(counts: ModeCounts | None) -> list[ReliabilityBin]:
+    """web.charts.reliability_bins from the grouped SQL sums (count, true count, sum of p per bin)."""
+    out: list[ReliabilityBin] = []
+    for i in range(DEFAULT_BINS):
+        n, trues, sum_p = (counts.bins.get(i) if counts else None) or (0.0, 0.0, 0.0)
+        out.append(
+            ReliabilityBin(
+                lo=i / DEFAULT_BINS,
+                hi=(i + 1) / DEFAULT_BINS,
+                count=int(n),
+                true_count=int(trues),
+                mean_p=sum_p / n if n else None,
+                observed=trues / n if n else None,
+            )
+        )
+    return out
+
+
+def _stored_bins(raw: object) -> ModeCounts:
+    """The calibration sums stored in a summary ({"<bin>": [count, true count, sum of p]}) as ModeCounts."""
+    out = ModeCounts()
+    if isinstance(raw, dict):
+        for key, sums in raw.items():
+            if isinstance(sums, list) and len(sums) == 3 and str(key).isdigit():
+                out.bins[int(key)] = [float(v) for v in sums]
+    return out
+
+
+def _replayed_summary(
+    session: Session, job: Job, counts: dict[str, ModeCounts], explorer: Explorer
+) -> dict[str, Any]:
+    """The stored summary with every cutoff-dependent figure recounted in SQL at these cutoffs. The
+    figures that no cutoff changes (means, cost, Brier score, outside-query count) stay as stored."""
+    stored: dict[str, Any] = job.summary or {}
+    modes = _modes(job)
+    smin, cmax = explorer.supported_min, explorer.contradicted_max
+    flips_total: int | None = None
+    flips: list[dict[str, Any]] = []
+    if len(modes) == 2:
+        flips_total, flips = flips_at(session, job.id, smin, cmax, FLIPS_SHOWN)
+    cards: dict[str, Any] = {}
+    for mode in modes:
+        card = dict((stored.get("scorecards") or {}).get(mode) or {})
+        card.update((counts.get(mode) or ModeCounts()).card_figures())
+        card.update(supported_min=smin, contradicted_max=cmax, flips=flips_total)
+        cards[mode] = card
+    return {
+        **stored,
+        "cutoffs": {"supported_min": smin, "contradicted_max": cmax},
+        "scorecards": cards,
+        "flips": flips,
+        "flips_total": flips_total or 0,
+    }
+
+
 def claims_report(
     session: Session, job: Job, args: Mapping[str, str], *, page_size: int | None = PAGE_SIZE
 ) -> ClaimsReport:
     """The report of a claims job. With `page_size` None every row is returned, streamed (the
-    downloadable report); otherwise one page of the rows matching `show`."""
+    downloadable report); otherwise one page of the rows matching `show`, after position `after`."""
     modes = _modes(job)
     explorer = explorer_from_args(job, args)
     smin, cmax = explorer.supported_min, explorer.contradicted_max
+    stored: dict[str, Any] = job.summary or {}
+    stored_cards = bool(stored.get("scorecards"))
+    # The common view (the job's own cutoffs, a summary stored with its calibration) counts nothing: every
+    # figure was stored when the job ended. Other cutoffs, or an older summary, take one grouped count.
+    counts: dict[str, ModeCounts] | None = None
+    if explorer.replayed or not stored_cards or not isinstance(stored.get("calibration"), dict):
+        counts = score_counts(session, job.id, smin, cmax)
 
     summary: ClaimsSummary | None = None
     summary_error: str | None = None
-    if job.summary and not explorer.replayed and job.summary.get("scorecards"):
+    if stored_cards:
         try:
-            summary = ClaimsSummary.model_validate(job.summary)
+            if explorer.replayed and counts is not None:
+                summary = ClaimsSummary.model_validate(_replayed_summary(session, job, counts, explorer))
+            else:
+                summary = ClaimsSummary.model_validate(stored)
         except ValidationError:
-            summary = None  # stored by an older version, without some figure: replay it below
-    if summary is None:
+            summary = None  # stored by an older version, without some figure: score it the long way below
+            stored_cards = False
+            if counts is None:
+                counts = score_counts(session, job.id, smin, cmax)
+    if summary is None:  # a job whose summary was never stored (finalizing failed), or an unreadable one
         try:
             summary = claims_summary(session, job, supported_min=smin, contradicted_max=cmax)
         except (OptionsError, ValueError) as exc:
             summary_error = f"the scorecard could not be computed: {exc}"
+    flips: list[FlipEntry] = list(summary.flips) if summary is not None else []
+    flips_total = (summary.flips_total if summary is not None else None) or len(flips)
 
     show = args.get("show", "all")
     if show not in SHOW_CHOICES:
         show = "all"
-    try:
-        page = max(1, int(args.get("page", "1") or "1"))
-    except ValueError:
-        page = 1
-
-    points: dict[str, list[tuple[float, bool]]] = {m: [] for m in modes}
-    rows: list[ClaimRowView] = []
-    matching = total = 0
-    start = (page - 1) * (page_size or 0)
-    for record in iter_claim_results(session, job):
-        total += 1
-        row = _row_view(record, modes, smin, cmax)
-        if row.label is not None:
-            for cell in row.cells:
-                if cell.p is not None:
-                    points[cell.mode].append((cell.p, row.label))
-        if page_size is None or not row.matches(show):
-            continue
-        if start <= matching < start + page_size:
-            rows.append(row)
-        matching += 1
-
-    calibration = [(m, reliability_bins(points[m])) for m in modes]
-    labelled_points = sum(len(v) for v in points.values())
+    page = _int_arg(args.get("page"), 1, 1)
+    after = _int_arg(args.get("after"), -1, -1)
+    if counts is not None:
+        total = max((c.n for c in counts.values()), default=0)
+        calibration = [(m, _calibration_bins(counts.get(m))) for m in modes]
+    else:
+        cards = stored.get("scorecards") or {}
+        total = max((int((cards.get(m) or {}).get("n") or 0) for m in modes), default=0)
+        sums = stored.get("calibration") or {}
+        calibration = [(m, _calibration_bins(_stored_bins(sums.get(m)))) for m in modes]
+    labelled_points = sum(b.count for _m, bins in calibration for b in bins)
     svg = reliability_svg(
         calibration,
         title="Reliability diagram: predicted probability vs. fraction true",
@@ -322,7 +395,8 @@ def claims_report(
         modes=modes,
         explorer=explorer,
         scorecards=_scorecards(summary, modes),
-        flips=list(summary.flips) if summary is not None else [],
+        flips=flips,
+        flips_total=flips_total,
         outside_query=summary.outside_query if summary is not None else 0,
         calibration=calibration,
         # web.charts escapes every text it draws; the rest is numbers and fixed markup.
@@ -330,12 +404,23 @@ def claims_report(
         labelled_points=labelled_points,
         show=show,
         page=page,
-        pages=max(1, math.ceil(matching / page_size)) if page_size else 1,
-        matching=matching if page_size else total,
+        pages=1,
+        matching=total,
         total_claims=total,
-        rows=rows,
         summary_error=summary_error,
     )
     if page_size is None:
         report.rows = (_row_view(r, modes, smin, cmax) for r in iter_claim_results(session, job))
+        return report
+    found = claim_page(
+        session, job, modes=modes, show=show, after=after, limit=page_size, smin=smin, cmax=cmax
+    )
+    report.rows = [_row_view(r, modes, smin, cmax) for r in found.records]
+    report.after = after if after >= 0 else None
+    report.next_after = found.next_after
+    if show == "flips":
+        report.matching = flips_total
+    elif show != "all":
+        report.matching = matching_claims(session, job.id, show, smin, cmax)
+    report.pages = max(1, math.ceil(report.matching / page_size))
     return report

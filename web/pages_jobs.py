@@ -1,11 +1,13 @@
 """What the jobs list and the job page show about a job: progress, counts, cost, times, actions.
 
-Progress is counted from items (jobs.progress), never read from the job row, which is only written
-at state changes; the same numbers feed the page and the small JSON endpoint the page polls.
+Progress is counted from items (jobs.progress) while a job runs, and read from the counts stored on the
+job row once it has ended; the same numbers feed the page and the small JSON endpoint the page polls. A
+list of jobs gets its counts and usage in a fixed number of grouped queries (`job_views`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,11 +15,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from checks.recipes import RECIPES
-from jobs.progress import RequestCounts, request_counts
+from jobs.progress import RequestCounts, job_counts, jobs_counts
 from models import Job, JobStatus, utcnow
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS
 from web.pages_format import duration, usd
-from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage
+from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage, jobs_usage
 
 # The page polls a job until it ends (so `validating` counts as live here, unlike the sweeper's set).
 LIVE_STATUSES = frozenset({JobStatus.VALIDATING, *JobStatus.live()})
@@ -96,10 +98,23 @@ def _ended_at(job: Job) -> datetime | None:
     return job.completed_at or job.cancelled_at or job.failed_at
 
 
-def job_view(session: Session, job: Job) -> JobView:
-    counts = request_counts(session, job.id)
+def job_views(session: Session, jobs: Sequence[Job]) -> list[JobView]:
+    """The views of a list of jobs, with their counts and usage read in grouped queries."""
+    counts = jobs_counts(session, jobs)
+    usage = jobs_usage(session, jobs)
+    return [job_view(session, j, counts=counts[j.id], usage=usage[j.id]) for j in jobs]
+
+
+def job_view(
+    session: Session,
+    job: Job,
+    *,
+    counts: RequestCounts | None = None,
+    usage: dict[str, Any] | None = None,
+) -> JobView:
+    counts = job_counts(session, job) if counts is None else counts
     ended = job.status in ENDED_STATUSES
-    usage = job_usage(session, job)
+    usage = job_usage(session, job) if usage is None else usage
     started = job.started_at or job.queued_at or job.created_at
     ended_at = _ended_at(job)
     elapsed: float | None = None

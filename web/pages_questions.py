@@ -1,5 +1,8 @@
 """The `answer` and `quote` reports: one stored report per question (jobs.stages), shown a page at a time.
 
+Pages are found by keyset (`after=<position>:<item id>` of the previous page's last question), so a page
+reads only its own questions' reports however deep it is; the page number in the link is for the reader.
+
 Reports are read exactly as stored (their shape: docs/spec.md §6, built by
 jobs/answers.py and jobs/quotes.py); the templates only arrange them, and cope with missing parts —
 a failed question has no final answer, a failed search has no results, an unfinished question has
@@ -9,7 +12,6 @@ steps did not run, and shows what was done so far under that heading.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from sqlalchemy.orm import Session
 from checks.kinds._questions import QuestionsSummary
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
+from jobs.queries import parse_question_cursor, question_page
 from jobs.stages import iter_question_reports
 from models import Job
 
@@ -54,6 +57,9 @@ class QuestionsReport:
     entries: list[dict[str, Any]] | Iterator[dict[str, Any]] = field(default_factory=list)
     model: str = CUTOFFS_MODEL  # the job's Decisions model
     model_note: str | None = None  # set when the job did not use the model the cutoffs were measured on
+    # Keyset paging (jobs.queries.question_page): the next page's cursor, and whether this is the first page.
+    next_after: str | None = None
+    first: bool = True
 
 
 def _question_count(job: Job) -> int:
@@ -97,20 +103,18 @@ def question_reports(
         page = min(max(1, int(args.get("page", "1") or "1")), pages)
     except ValueError:
         page = 1
-    stream = iter_question_reports(session, job)
-    try:
-        start = (page - 1) * page_size
-        entries = list(itertools.islice(stream, start, start + page_size))
-    finally:
-        close = getattr(stream, "close", None)  # a generator: closing it closes its server-side cursor
-        if close is not None:
-            close()
+    cursor = parse_question_cursor(args.get("after"))
+    if cursor is None:
+        page = 1
+    found = question_page(session, job, after=cursor, limit=page_size)
     return QuestionsReport(
         total=total,
         page=page,
         pages=pages,
         page_size=page_size,
-        entries=entries,
+        entries=found.entries,
         model=model,
         model_note=model_note,
+        next_after=found.next_after,
+        first=cursor is None,
     )

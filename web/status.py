@@ -6,6 +6,7 @@ Re-exported here for the web layer's callers (web/api.py, web/pages_jobs.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -18,7 +19,9 @@ from jobs.serialize import (
     iso,
     job_links,
     job_object,
+    job_objects,
     job_usage,
+    jobs_usage,
 )
 from models import Job
 
@@ -30,10 +33,17 @@ __all__ = [
     "iso",
     "job_links",
     "job_usage",
+    "jobs_usage",
     "status_object",
+    "status_objects",
 ]
 
 
 def status_object(session: Session, job: Job) -> dict[str, Any]:
     """The JSON status of one job (see the `Job` schema in web/openapi.py)."""
     return job_object(session, job)
+
+
+def status_objects(session: Session, jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    """The JSON status of many jobs (GET /v1/jobs), in a fixed number of queries."""
+    return job_objects(session, jobs)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from checks import answers as gate
+from checks import questions as question_rules
 from checks.contracts import ReportHead
 from checks.kinds._questions import (
     QuestionLine,
@@ -22,7 +23,7 @@ from checks.kinds._questions import (
     rows_from_lines,
 )
 from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
-from checks.options import parse_questions_options
+from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
 from checks.recipes import Recipe, StageSpec, register
 
 CSV_COLUMNS = (
@@ -163,6 +164,10 @@ RECIPE = register(
         report=ReportHead,
         summary=AnswerSummary,
         csv_columns=CSV_COLUMNS,
+        row_required=("id", "question"),
+        row_fields=question_rules.ALLOWED_FIELDS,
+        option_names=QUESTIONS_OPTION_NAMES,
+        description="answer each question and check the answer",
         row_schema=QUESTION_ROW,
         options_schema=QUESTIONS_OPTIONS,
         schema_names=("QuestionRow", "QuestionsOptions"),

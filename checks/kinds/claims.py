@@ -15,7 +15,7 @@ from pydantic import Field
 from checks import claims as rules
 from checks.contracts import Contract, Cutoffs, ItemStatusName, StoredContract
 from checks.kinds._schemas import CLAIM_ROW, CLAIMS_OPTIONS
-from checks.options import parse_claims_options
+from checks.options import CLAIMS_OPTION_NAMES, parse_claims_options
 from checks.recipes import Recipe, RowLimits, StageSpec, register
 
 CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error")
@@ -104,6 +104,10 @@ class ClaimsSummary(StoredContract):
     flips: list[FlipEntry]
     outside_query: int
     request_counts: dict[str, int] | None = None
+    # Stored at finalize: per mode, per bin, [count, true count, sum of p] (the report page's diagram).
+    calibration: dict[str, dict[str, list[float]]] | None = None
+    # Set when the report replays other cutoffs: every flip at them (`flips` lists the first ones).
+    flips_total: int | None = None
 
 
 def _from_lines(lines: Iterable[bytes], limits: RowLimits) -> Sequence[rules.ClaimRow]:
@@ -126,6 +130,10 @@ RECIPE = register(
         result_line=ClaimResult,
         summary=ClaimsSummary,
         csv_columns=CSV_COLUMNS,
+        row_required=("id", "claim"),
+        row_fields=rules.ALLOWED_FIELDS,
+        option_names=CLAIMS_OPTION_NAMES,
+        description="check each claim",
         row_schema=CLAIM_ROW,
         options_schema=CLAIMS_OPTIONS,
         schema_names=("ClaimRow", "ClaimsOptions"),

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from checks import questions as question_rules
 from checks.contracts import ReportHead
 from checks.kinds._questions import (
     QuestionLine,
@@ -20,7 +21,7 @@ from checks.kinds._questions import (
     rows_from_lines,
 )
 from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
-from checks.options import parse_questions_options
+from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
 from checks.recipes import Recipe, StageSpec, register
 
 CSV_COLUMNS = (
@@ -125,6 +126,10 @@ RECIPE = register(
         report=ReportHead,
         summary=QuoteSummary,
         csv_columns=CSV_COLUMNS,
+        row_required=("id", "question"),
+        row_fields=question_rules.ALLOWED_FIELDS,
+        option_names=QUESTIONS_OPTION_NAMES,
+        description="find a quoted source for each question",
         row_schema=QUESTION_ROW,
         options_schema=QUESTIONS_OPTIONS,
         schema_names=("QuestionRow", "QuestionsOptions"),

@@ -8,18 +8,41 @@ used to branch on the kind (finalize, the stage machine, the results export) ask
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from checks.contracts import Contract
+from checks.recipes import RowLimits
 from checks.registry import Registry
 from jobs.intake import UnitSpec
+from jobs.keyset import Cursor
 from models import Item, Job
 
 Units = Callable[[Sequence[Any], Any], tuple[list[UnitSpec], list[str]]]
+# (session, job, after, limit) → the result lines of the rows after the keyset cursor `after`, from at most
+# `limit` items, each with the cursor that resumes after it (jobs/keyset.py; web/exports.py reads chunks).
+ResultPage = Callable[[Session, Job, Cursor, int], Sequence[tuple[Cursor, Contract]]]
+
+
+class StreamLoad(Protocol):
+    """A kind's streamed intake: the NDJSON `lines` (a CSV body's records arrive as such lines) validated and
+    copied into the job's items as they are read (Postgres COPY, jobs/bulk_load.py); returns (items stored,
+    intake warnings). `quota` is called with the running item count and raises jobs.quotas.QuotaExceeded;
+    row problems raise the recipe's ClaimsValidationError (the web layer names their lines)."""
+
+    def __call__(
+        self,
+        session: Session,
+        job: Job,
+        options: Any,
+        lines: Iterable[bytes],
+        *,
+        limits: RowLimits,
+        quota: Callable[[int], None],
+    ) -> tuple[int, list[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -47,9 +70,12 @@ class JobKind:
     name: str
     units: Units  # (validated rows, parsed options) → (items to create, intake warnings)
     summarize: Callable[[Session, Job], Contract]
-    results: Callable[[Session, Job], Iterator[Contract]]
+    results_page: ResultPage
     machine: StageMachine | None = None
     ready: Callable[[Session, Job], bool] = _always_ready
+    # Streamed intake of NDJSON and CSV bodies; None: the rows are validated in memory, then inserted
+    # (fine for small batches; a kind expecting 1,000,000 rows adds a loader).
+    load: StreamLoad | None = None
 
 
 KINDS: Registry[JobKind] = Registry("jobs", "jobs.kinds")

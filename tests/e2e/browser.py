@@ -117,9 +117,12 @@ def close_browser() -> None:
 
 
 @contextmanager
-def chromium(*, bypass_csp: bool = False) -> Iterator[tuple[Any, PageWatch]]:
-    """A fresh browser context and page (with a PageWatch attached), in the process's shared browser."""
-    context = _browser().new_context(viewport=VIEWPORT, bypass_csp=bypass_csp, device_scale_factor=1)
+def chromium(*, bypass_csp: bool = False, javascript: bool = True) -> Iterator[tuple[Any, PageWatch]]:
+    """A fresh browser context and page (with a PageWatch attached), in the process's shared browser;
+    `javascript=False` is a browser with script turned off (progressive enhancement)."""
+    context = _browser().new_context(
+        viewport=VIEWPORT, bypass_csp=bypass_csp, device_scale_factor=1, java_script_enabled=javascript
+    )
     try:
         page = context.new_page()
         page.set_default_timeout(30_000)

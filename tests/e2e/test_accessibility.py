@@ -1,5 +1,6 @@
 """Accessibility in headless Chromium: axe-core's WCAG 2.1 AA rules on every page, keyboard-only use of
-sign-in, cancel, retry and the cutoff explorer, and text equivalents for the charts.
+sign-in, cancel, retry and the cutoff explorer, and text equivalents for the charts (keyboard-only use of the
+new-job page is in test_browser_upload.py).
 
 axe runs on the page as served, its CSP on (tests/e2e/axe.py). A violation of impact serious or critical
 fails the test; the others are printed (run with -s to see them; FACTGATE_AXE_VERBOSE=1 also lists
@@ -187,6 +188,12 @@ def test_every_page_passes_axe_wcag21_aa(web: WebEnv, caller: Caller) -> None:
         check("jobs list")
         page.goto(f"{base}/jobs?kind=claims&status=completed")
         check("jobs list (filtered)")
+        page.goto(f"{base}/jobs/new")
+        check("new job")
+        page.fill("#paste", "id,claim,label\nr1,,maybe\n")
+        page.click("#submit-job")
+        page.wait_for_selector("#error-summary")
+        check("new job (refused rows: error summary, invalid field)")
         page.goto(f"{base}/jobs/{ended}")
         page.wait_for_selector("#scorecard")
         page.wait_for_selector("#webhooks form button")

@@ -11,9 +11,6 @@ report, readiness, retry and the results export are checked deterministically.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import uuid
 from typing import Any
 
@@ -27,6 +24,7 @@ from jobs.items import claim_item, fail_item, finish_item
 from jobs.records import CallRow
 from jobs.stages import Step, advance_question, get_question_report, questions_ready, stalled_questions
 from models import Item, Job, session_scope
+from tests.integration.export_files import csv_records, ndjson_records
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
     WebEnv,
@@ -126,14 +124,14 @@ def results(web: WebEnv, caller: Caller, job_id: str) -> list[dict[str, Any]]:
     """The NDJSON results export, one parsed line per question."""
     resp = web.client.get(f"/v1/jobs/{job_id}/results", headers=caller.headers)
     assert resp.status_code == 200
-    return [json.loads(x) for x in resp.data.splitlines()]
+    return ndjson_records(resp.get_data(as_text=True))
 
 
 def csv_rows(web: WebEnv, caller: Caller, job_id: str) -> list[dict[str, str]]:
     """The CSV results export as dicts by column."""
     resp = web.client.get(f"/v1/jobs/{job_id}/results?format=csv", headers=caller.headers)
     assert resp.status_code == 200 and resp.mimetype == "text/csv"
-    return list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    return csv_records(resp.get_data(as_text=True))
 
 
 def sentence_output(spec: dict[str, Any], support: float, request_id: str) -> dict[str, Any]:
@@ -633,4 +631,5 @@ def test_csv_export_of_question_jobs_has_one_row_per_question(web: Any, caller: 
     csv_resp = web.client.get(f"/v1/jobs/{resp.get_json()['id']}/results?format=csv", headers=caller.headers)
     assert csv_resp.status_code == 200 and csv_resp.mimetype == "text/csv"
     lines = csv_resp.get_data(as_text=True).splitlines()
-    assert lines[0].startswith("custom_id,") and len(lines) == 2 and lines[1].startswith("q1,")
+    assert lines[0].startswith("custom_id,") and len(lines) == 3 and lines[1].startswith("q1,")
+    assert lines[2] == "#end,1"

@@ -11,6 +11,8 @@ refused. A CI-sized run (a few examples per operation); `FACTGATE_FUZZ_EXAMPLES`
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from datetime import UTC, datetime
@@ -51,6 +53,20 @@ def _ndjson(_ctx: Any, value: Any) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
+@schemathesis.serializer("text/csv")
+def _csv(_ctx: Any, value: Any) -> bytes:
+    """A CSV body: a header naming every field of the generated row (or rows), then one record each."""
+    rows = [r for r in (value if isinstance(value, list) else [value]) if isinstance(r, dict)]
+    columns = list(dict.fromkeys(k for row in rows for k in row)) or ["id"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        cells = [row.get(c) for c in columns]
+        writer.writerow(["" if v is None else str(v).lower() if isinstance(v, bool) else v for v in cells])
+    return out.getvalue().encode()
+
+
 # The document the app serves at /openapi.json (a test checks they are the same); each test points the
 # schema at its own app, so requests go through the WSGI app in process.
 # Negative data must be refused; besides Schemathesis' default refusals, a request the server refuses for
@@ -88,9 +104,10 @@ def _as_documented_in_prose(case: Any) -> None:
     are sent as generated. The rules are decided by the same pure functions the API uses, and each has its
     own named tests (line and field of every row problem, the usage range, the query of a submission).
 
-    - POST /v1/jobs: the query parameters (kind, options, metadata) belong to NDJSON submissions, whose lines
-      carry only rows; a JSON body carries them itself and takes no query parameters; rows follow the row
-      rules (unique printable ids, claims within the byte limit, ...) and options the option rules;
+    - POST /v1/jobs: the query parameters (kind, options, metadata) belong to NDJSON and CSV submissions,
+      whose lines carry only rows; a JSON body carries them itself and takes no query parameters; rows
+      follow the row rules (unique printable ids, claims within the byte limit, ...) and options the
+      option rules;
     - GET /v1/usage: `from` is not after `to`, and the range is at most MAX_USAGE_DAYS days.
     """
     if case.meta is not None and case.meta.generation.mode != GenerationMode.POSITIVE:
@@ -98,7 +115,8 @@ def _as_documented_in_prose(case: Any) -> None:
     if case.method == "POST" and case.path == "/v1/jobs" and case.media_type == "application/json":
         case.query = {}
         _reject_unless_valid_submission(case.body)
-    if case.method == "POST" and case.path == "/v1/jobs" and case.media_type == "application/x-ndjson":
+    streamed = ("application/x-ndjson", "text/csv")
+    if case.method == "POST" and case.path == "/v1/jobs" and case.media_type in streamed:
         query = dict(case.query or {})
         if "kind" not in query:
             reject()  # an NDJSON submission names its kind in the query

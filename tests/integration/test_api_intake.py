@@ -398,7 +398,7 @@ def test_a_key_raced_by_a_concurrent_request_is_compared_too(
     headers = {**caller.headers, "Idempotency-Key": "race-1"}
     job_id = web.client.post("/v1/jobs", json=payload, headers=headers).get_json()["id"]
     web.drain_messages()
-    monkeypatch.setattr("web.api.find_idempotent", lambda *_a, **_k: None)
+    monkeypatch.setattr("web.intake.find_idempotent", lambda *_a, **_k: None)
     with Unchanged(web):
         same = web.client.post("/v1/jobs", json=payload, headers=headers)
         assert same.status_code == 200 and same.get_json()["id"] == job_id

@@ -51,7 +51,20 @@ def finalize(web: WebEnv, job_id: str) -> None:
 
 
 def ndjson_lines(resp: Any) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in resp.get_data(as_text=True).splitlines() if line]
+    """The records of an NDJSON export, after checking its trailer line counts them."""
+    lines = [json.loads(line) for line in resp.get_data(as_text=True).splitlines() if line]
+    assert lines and set(lines[-1]) == {"_end"}, lines[-1:]
+    assert lines[-1]["_end"]["count"] == len(lines) - 1
+    return lines[:-1]
+
+
+def csv_rows(resp: Any) -> list[dict[str, str]]:
+    """The data rows of a CSV export, after checking its `#end,<N>` trailer row counts them."""
+    rows = list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    assert rows, "no trailer row"
+    end = rows.pop()
+    assert list(end.values())[:2] == ["#end", str(len(rows))], end
+    return rows
 
 
 # --- status --------------------------------------------------------------------------------------------
@@ -244,7 +257,7 @@ def test_results_as_csv_one_row_per_claim_per_mode(web: WebEnv, caller: Caller) 
     assert resp.status_code == 200
     assert resp.mimetype == "text/csv"
     assert resp.headers["Content-Disposition"] == f'attachment; filename="factgate-{jid}-results.csv"'
-    rows = list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    rows = csv_rows(resp)
     assert list(rows[0]) == ["custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error"]
     assert [(r["custom_id"], r["mode"]) for r in rows] == [
         (c, m) for c in ("c1", "c2", "c3") for m in ("ungrounded", "grounded")
@@ -271,18 +284,19 @@ def test_results_bad_format_is_400(web: WebEnv, caller: Caller) -> None:
     assert err["field"] == "format"
 
 
-def test_results_stream_more_rows_than_one_fetch_batch(web: WebEnv, caller: Caller) -> None:
-    """The stream spans several server-side cursor batches (2,000 rows) with the session kept open."""
-    rows = [{"id": f"r{i:05d}", "claim": f"Claim {i}."} for i in range(2_500)]
-    jid = web.submit(caller, rows, mode="ungrounded")["id"]
+def test_results_stream_more_rows_than_one_chunk(web: WebEnv, caller: Caller) -> None:
+    """The stream spans several keyset chunks (1,000 items each), claims never split across two."""
+    rows = [{"id": f"r{i:05d}", "claim": f"Claim {i}."} for i in range(1_250)]
+    jid = web.submit(caller, rows, mode="both")["id"]
     resp = web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers)
-    ids = [line["custom_id"] for line in ndjson_lines(resp)]
-    assert ids == [r["id"] for r in rows]
+    lines = ndjson_lines(resp)
+    assert [line["custom_id"] for line in lines] == [r["id"] for r in rows]
+    assert all(set(line["results"]) == {"ungrounded", "grounded"} for line in lines)
 
 
-def test_results_stream_holds_one_connection_until_closed(web: WebEnv, caller: Caller) -> None:
-    """The stream opens its own session on the first chunk and gives the connection back when the
-    server closes the response, even when the client stops reading half-way."""
+def test_results_stream_holds_no_connection_between_chunks(web: WebEnv, caller: Caller) -> None:
+    """Each chunk is read in its own session, closed before its lines are sent: while the client reads,
+    the stream holds no connection (and no transaction), and a client that stops half-way leaves none."""
     rows = [{"id": f"r{i:05d}", "claim": f"Claim {i}."} for i in range(2_500)]
     jid = web.submit(caller, rows, mode="ungrounded")["id"]
     pool = web.app.extensions["factgate"].engine.pool
@@ -290,8 +304,7 @@ def test_results_stream_holds_one_connection_until_closed(web: WebEnv, caller: C
     resp = web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers, buffered=False)
     chunks = iter(resp.response)
     assert json.loads(next(chunks))["custom_id"] == "r00000"
-    # One connection: the stream's open cursor (the request's own session closed at teardown).
-    assert pool.checkedout() == 1
+    assert pool.checkedout() == 0
     resp.close()
     assert pool.checkedout() == 0
 
@@ -325,7 +338,7 @@ def test_errors_of_a_clean_job_is_empty(web: WebEnv, caller: Caller) -> None:
     jid = web.submit(caller)["id"]
     resp = web.client.get(f"/v1/jobs/{jid}/errors", headers=caller.headers)
     assert resp.status_code == 200
-    assert resp.get_data() == b""
+    assert ndjson_lines(resp) == []
 
 
 # --- scorecard -----------------------------------------------------------------------------------------
@@ -617,7 +630,7 @@ def test_csv_cells_that_would_start_a_formula_are_neutralised(web: WebEnv, calle
     jid = web.submit(caller, rows, mode="ungrounded")["id"]
     settle_items(web.sessions, jid, {("+1+1", "ungrounded"): ("failed", "=cmd|' /C calc'!A0")})
     resp = web.client.get(f"/v1/jobs/{jid}/results?format=csv", headers=caller.headers)
-    got = list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    got = csv_rows(resp)
     assert [r["custom_id"] for r in got] == [
         '\'=HYPERLINK("http://evil.example")',
         "'+1+1",
@@ -626,12 +639,7 @@ def test_csv_cells_that_would_start_a_formula_are_neutralised(web: WebEnv, calle
     ]
     assert got[1]["error"] == "'=cmd|' /C calc'!A0"
     # The NDJSON export is lossless: the ids are exactly as submitted.
-    lines = [
-        json.loads(x)
-        for x in web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers)
-        .get_data(as_text=True)
-        .splitlines()
-    ]
+    lines = ndjson_lines(web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers))
     assert [line["custom_id"] for line in lines] == [r["id"] for r in rows]
 
 

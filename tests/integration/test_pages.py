@@ -13,10 +13,7 @@ the jobs/ state functions a worker uses, finalized with maybe_finalize — no wo
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
-import io
-import json
 import re
 import uuid
 from typing import Any
@@ -27,6 +24,7 @@ from sqlalchemy import func, select
 
 from models import ApiCall, Item, Job
 from tests.e2e.builders import claim_output, finalize, settle, submit_claims
+from tests.integration.export_files import csv_records, ndjson_records
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
     WebEnv,
@@ -391,8 +389,31 @@ def test_claims_table_filters_and_pages(web: WebEnv, caller: Caller) -> None:
     assert ">t1<" not in flips and ">t4<" not in flips
     wrong = html(web.client.get(f"/jobs/{job_id}?show=wrong"))
     assert ">t2<" in wrong and ">t1<" not in wrong
-    beyond = html(web.client.get(f"/jobs/{job_id}?page=9"))
+    beyond = html(web.client.get(f"/jobs/{job_id}?after=1000000"))
     assert "No claims match this filter." in beyond
+
+
+def claims_table(page: str) -> str:
+    """The claims panel of a report page (the flips panel above it lists claims too)."""
+    return page[page.index('id="claims"') :]
+
+
+def test_claims_table_next_link_walks_the_pages_by_keyset(
+    web: WebEnv, caller: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("web.pages_reports.PAGE_SIZE", 3)
+    job_id = finished_job(web, caller, "both", BOTH)
+    sign_in(web.client, caller)
+    first = claims_table(html(web.client.get(f"/jobs/{job_id}?supported_min=0.9")))
+    assert ">t1<" in first and ">t3<" in first and ">t4<" not in first
+    assert "Page 1 of 2" in first and "First page" not in first
+    link = re.search(r'href="([^"]+)" rel="next"', first)
+    assert link is not None
+    href = link.group(1).replace("&amp;", "&")
+    assert "after=5" in href and "supported_min=0.9" in href  # the last position of t3, the cutoffs kept
+    second = claims_table(html(web.client.get(href)))
+    assert ">t4<" in second and ">t1<" not in second and ">t3<" not in second
+    assert "Page 2 of 2" in second and "First page" in second and 'rel="next"' not in second
 
 
 def test_failed_items_show_errors_and_retry_form(web: WebEnv, caller: Caller) -> None:
@@ -436,12 +457,12 @@ def test_results_downloads(web: WebEnv, caller: Caller) -> None:
     resp = web.client.get(f"/jobs/{job_id}/results.ndjson")
     assert resp.status_code == 200
     assert resp.headers["Content-Disposition"].startswith("attachment;")
-    lines = [json.loads(line) for line in resp.get_data(as_text=True).splitlines()]
+    lines = ndjson_records(resp.get_data(as_text=True))
     assert [line["custom_id"] for line in lines] == [r["id"] for r in ROWS]
     assert lines[1]["results"]["ungrounded"]["p"] == 0.85
     resp = web.client.get(f"/jobs/{job_id}/results.csv")
     assert resp.mimetype == "text/csv"
-    rows = list(csv.DictReader(io.StringIO(resp.get_data(as_text=True))))
+    rows = csv_records(resp.get_data(as_text=True))
     assert len(rows) == 8
     assert {r["verdict"] for r in rows} == {"supported", "contradicted", "review"}
 
@@ -479,5 +500,5 @@ def test_unknown_kind_downloads_and_items(web: WebEnv, caller: Caller) -> None:
     # A running job's report file is not offered yet, but the results download streams what exists.
     page = html(web.client.get(f"/jobs/{job_id}"))
     assert "Report HTML" not in page
-    lines = web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True).splitlines()
-    assert len(lines) == 4 and all(json.loads(x)["results"]["grounded"]["status"] == "pending" for x in lines)
+    lines = ndjson_records(web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True))
+    assert len(lines) == 4 and all(x["results"]["grounded"]["status"] == "pending" for x in lines)

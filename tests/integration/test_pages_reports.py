@@ -10,9 +10,6 @@ test knows every string that reaches the page; the jobs are finalized with jobs.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import re
 from typing import Any
 
@@ -32,6 +29,7 @@ from tests.e2e.builders import (
     submit_claims,
     submit_questions,
 )
+from tests.integration.export_files import csv_records, ndjson_records
 from tests.integration.test_pages import html, sign_in
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
@@ -226,22 +224,18 @@ def test_reports_on_another_model_say_where_the_cutoffs_were_measured(web: WebEn
 def test_question_downloads(web: WebEnv, caller: Caller) -> None:
     job_id = quote_job(web, caller)
     sign_in(web.client, caller)
-    lines = web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True).splitlines()
-    assert [json.loads(x)["custom_id"] for x in lines] == ["b", "r", "f", "i"]
-    assert [json.loads(x)["outcome"] for x in lines] == ["quoted", "no_answer", "failed", "incomplete"]
-    assert json.loads(lines[3])["quote"] is None and json.loads(lines[3])["incomplete_steps"]
-    rows = list(
-        csv.DictReader(io.StringIO(web.client.get(f"/jobs/{job_id}/results.csv").get_data(as_text=True)))
-    )
+    lines = ndjson_records(web.client.get(f"/jobs/{job_id}/results.ndjson").get_data(as_text=True))
+    assert [x["custom_id"] for x in lines] == ["b", "r", "f", "i"]
+    assert [x["outcome"] for x in lines] == ["quoted", "no_answer", "failed", "incomplete"]
+    assert lines[3]["quote"] is None and lines[3]["incomplete_steps"]
+    rows = csv_records(web.client.get(f"/jobs/{job_id}/results.csv").get_data(as_text=True))
     assert [r["outcome"] for r in rows] == ["quoted", "no_answer", "failed", "incomplete"]
     assert rows[0]["quote"] == "The adult human body has 206 bones."
     assert rows[0]["url"] == "https://www.britannica.com/science/human-skeleton"
     assert rows[1]["closest_p_answers"] == "0.43"
     assert rows[3]["quote"] == "" and rows[3]["incomplete_steps"].startswith("the rank request of result 3")
     answer_id = answer_job(web, caller)
-    rows = list(
-        csv.DictReader(io.StringIO(web.client.get(f"/jobs/{answer_id}/results.csv").get_data(as_text=True)))
-    )
+    rows = csv_records(web.client.get(f"/jobs/{answer_id}/results.csv").get_data(as_text=True))
     assert rows[0]["final_answer"].startswith("John J. Hopfield and Geoffrey Hinton won")
     assert rows[1]["outcome"] == "failed"
     assert rows[2]["outcome"] == "incomplete" and rows[2]["final_answer"] == ""

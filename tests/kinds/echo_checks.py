@@ -95,5 +95,9 @@ RECIPE = register(
         result_line=EchoResult,
         summary=EchoSummary,
         csv_columns=("custom_id", "status", "echoed"),
+        row_required=("id", "text"),
+        row_fields=("id", "text"),
+        option_names=frozenset({"priority"}),
+        description="echo each text back",
     )
 )

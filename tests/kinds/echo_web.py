@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from models import Job
 from tests.kinds.echo_checks import RECIPE, EchoResult
-from web.csv_safety import SafeCsv
+from web.csv_exports import csv_renderer
 from web.kinds import WebKind, register
 
 
-def csv(records: Iterator[EchoResult]) -> Iterator[str]:
-    out = SafeCsv()
-    out.row(RECIPE.csv_columns)
-    for record in records:
-        out.row((record.custom_id, record.status, record.echoed or ""))
-        yield out.take()
-    yield out.take()
+def row(record: EchoResult) -> tuple[str, str, str]:
+    return (record.custom_id, record.status, record.echoed or "")
+
+
+csv = csv_renderer(RECIPE.csv_columns, row)  # header first, the `#end,<N>` row last
 
 
 def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, Any] | None:

@@ -111,13 +111,20 @@ def test_an_unreachable_server_is_one_line() -> None:
 
 
 def test_results_are_parsed_lines() -> None:
-    body = b'{"custom_id":"a","results":{}}\n\n{"custom_id":"b","results":{}}\n'
+    body = b'{"custom_id":"a","results":{}}\n\n{"custom_id":"b","results":{}}\n{"_end":{"count":2}}\n'
 
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/v1/jobs/j1/results" and request.url.params["format"] == "ndjson"
         return httpx.Response(200, content=body)
 
     assert [r["custom_id"] for r in client(handler).results("j1")] == ["a", "b"]
+
+
+def test_results_cut_short_are_an_error() -> None:
+    """A stream without its end line was truncated: never a shorter result."""
+    body = b'{"custom_id":"a","results":{}}\n'
+    with pytest.raises(CliError, match="ended early"):
+        client(lambda _r: httpx.Response(200, content=body)).results("j1")
 
 
 def test_errors_never_show_the_api_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,8 @@
 """The web part of every job kind: its CSV renderer and its report page, registered by name.
 
 `RESULT_ITERATORS` and `CSV_RENDERERS` are read-only views over the registries (the result lines come from
-the kind's jobs/ part, the CSV from its web/ part), so the API, the pages and the exports look kinds up
-the way they always did while no table lists them by hand.
+the kind's jobs/ part, a keyset page at a time, the CSV from its web/ part), so the API, the pages and the
+exports look kinds up the way they always did while no table lists them by hand.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
-from checks.contracts import Contract
 from checks.recipes import kind_names
 from checks.registry import Registry
 from jobs.kinds import KINDS as JOB_KINDS
+from jobs.kinds import ResultPage
 from models import Job
 
-ResultIterator = Callable[[Session, Job], Iterator[Contract]]
 Renderer = Callable[[Iterator[Any]], Iterator[str]]
 # (session, job, query arguments, interactive) → the report template's context, with its "template".
 # None: the kind has no report beyond the job overview.
@@ -70,9 +69,9 @@ class _View(Mapping[str, T], Generic[T]):
         return len(self._names())
 
 
-def _results(name: str) -> ResultIterator | None:
+def _results(name: str) -> ResultPage | None:
     part = JOB_KINDS.find(name)
-    return part.results if part is not None else None
+    return part.results_page if part is not None else None
 
 
 def _csv(name: str) -> Renderer | None:
@@ -80,7 +79,8 @@ def _csv(name: str) -> Renderer | None:
     return part.csv if part is not None else None
 
 
-RESULT_ITERATORS: Mapping[str, ResultIterator] = _View(_results, JOB_KINDS.names)
+# Per kind: its result lines a keyset chunk at a time (web/exports.py reads them in short sessions).
+RESULT_ITERATORS: Mapping[str, ResultPage] = _View(_results, JOB_KINDS.names)
 CSV_RENDERERS: Mapping[str, Renderer] = _View(_csv, KINDS.names)
 
 

@@ -1,0 +1,162 @@
+"""Loading a streamed batch of rows into a job's items with Postgres COPY, in the job's transaction.
+
+A 1,000,000-row upload must neither be held whole in the web process nor cost a Python object per item.
+So the rows go, as they are validated, into a temporary staging table (`COPY … FROM STDIN`, text format,
+a few fields per row and no JSON built in Python); one `INSERT … SELECT` then makes the items — one per
+row and mode, with their input document, position and dedupe key computed by Postgres. The staging table
+is dropped at commit, and everything (job row, staging, items) goes with a rollback: a batch that fails
+validation half-way stores nothing.
+
+Only a request repeated within the job keeps its dedupe key, as in `jobs.intake.create_job`: a window
+count over the job's rows decides it, and the repeats are pointed at their first item in SQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
+
+from sqlalchemy import CursorResult, text
+from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    import psycopg
+
+COPY_BATCH_ROWS = 5_000
+_STAGING = "intake_rows"
+_CREATE_STAGING = (
+    f"CREATE TEMP TABLE {_STAGING} (row integer NOT NULL, id text NOT NULL, body text NOT NULL, "
+    "label boolean, kind text, source text, in_query boolean) ON COMMIT DROP"
+)
+_COPY_STAGING = f"COPY {_STAGING} (row, id, body, label, kind, source, in_query) FROM STDIN"
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_NULL = "\\N"
+
+
+def _field(value: str | None) -> str:
+    """COPY text format: `\\N` for NULL; backslash, tab, newline and carriage return escaped."""
+    return _NULL if value is None else value.translate(_ESCAPES)
+
+
+def _flag(value: bool | None) -> str:
+    return _NULL if value is None else ("t" if value else "f")
+
+
+class StagedRows:
+    """A COPY into the staging table, open while the body is read: `add` a valid row, `close` when done.
+
+    Rows are buffered and written `COPY_BATCH_ROWS` at a time. Use as a context manager: leaving it with
+    an exception aborts the COPY (and the caller rolls the transaction back)."""
+
+    def __init__(self, session: Session) -> None:
+        self.count = 0
+        self._buffer: list[str] = []
+        session.execute(text(_CREATE_STAGING))
+        dbapi = cast("psycopg.Connection[Any]", session.connection().connection.dbapi_connection)
+        self._cursor = dbapi.cursor()
+        self._copy_cm = self._cursor.copy(_COPY_STAGING)
+        self._copy = self._copy_cm.__enter__()
+
+    def add(
+        self,
+        row_id: str,
+        body: str,
+        *,
+        label: bool | None = None,
+        kind: str | None = None,
+        source: str | None = None,
+        in_query: bool | None = None,
+    ) -> None:
+        """Stage one valid row (`body` is the claim or the question); rows are numbered from 0 in order."""
+        self._buffer.append(
+            f"{self.count}\t{row_id.translate(_ESCAPES)}\t{body.translate(_ESCAPES)}\t{_flag(label)}\t"
+            f"{_field(kind)}\t{_field(source)}\t{_flag(in_query)}\n"
+        )
+        self.count += 1
+        if len(self._buffer) >= COPY_BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._copy.write("".join(self._buffer))
+            self._buffer.clear()
+
+    def __enter__(self) -> StagedRows:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if exc is None:
+                self._flush()
+                self._copy_cm.__exit__(None, None, None)
+            else:
+                # Abort the COPY with an exception of our own: the caller's may be a frozen dataclass
+                # (QuotaExceeded), into which contextlib cannot write a traceback. The caller's propagates.
+                abort = RuntimeError("the submission was refused; its COPY is abandoned")
+                self._copy_cm.__exit__(RuntimeError, abort, None)
+        finally:
+            self._cursor.close()
+
+
+_DEDUPE = (
+    "encode(sha256(convert_to(CAST(:model AS text) || chr(31) || m.mode || chr(31) || s.body || chr(31), "
+    "'UTF8')), 'hex')"
+)
+
+
+def insert_claim_items(session: Session, job_id: uuid.UUID, *, model: str, modes: Sequence[str]) -> int:
+    """One `claim` item per staged row and mode (positions row × modes + mode index); returns the count.
+
+    The input document and dedupe key are those `jobs.claims.claim_units` builds (`jobs.intake.dedupe_key`
+    of model, mode and claim: sha256 over the parts each followed by U+001F)."""
+    values = ", ".join(f"({i}, :mode{i})" for i in range(len(modes)))
+    params: dict[str, Any] = {"job": job_id, "model": model, "n": len(modes)}
+    params.update({f"mode{i}": mode for i, mode in enumerate(modes)})
+    result = session.execute(
+        text(
+            # Only module constants and placeholders are interpolated; every value is a bound parameter.
+            "INSERT INTO items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts, "  # noqa: S608
+            "dedupe_key) "
+            "SELECT :job, 'claim', s.row * :n + m.i, s.id, m.mode, 'decisions', "
+            "jsonb_build_object('claim', s.body, 'label', s.label, 'kind', s.kind, 'source', s.source, "
+            "'in_query', s.in_query), 'pending', 0, "
+            f"CASE WHEN count(*) OVER (PARTITION BY m.mode, s.body) > 1 THEN {_DEDUPE} END "
+            f"FROM {_STAGING} s CROSS JOIN (VALUES {values}) AS m(i, mode) "
+            "ORDER BY s.row, m.i"
+        ),
+        params,
+    )
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
+def insert_question_items(
+    session: Session, job_id: uuid.UUID, *, kind: str, stage: str, endpoint: str
+) -> int:
+    """One top-level item per staged question, as `jobs.stages.question_units` builds them."""
+    result = session.execute(
+        text(
+            "INSERT INTO items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts) "  # noqa: S608
+            "SELECT :job, :stage, s.row, s.id, '', :endpoint, "
+            "jsonb_build_object('kind', CAST(:kind AS text), 'question', s.body), 'pending', 0 "
+            f"FROM {_STAGING} s ORDER BY s.row"
+        ),
+        {"job": job_id, "stage": stage, "endpoint": endpoint, "kind": kind},
+    )
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
+def link_repeats(session: Session, job_id: uuid.UUID) -> None:
+    """Point every repeat of an upstream request at the item of its first position."""
+    session.execute(
+        text(
+            "UPDATE items AS i SET duplicate_of = f.id "
+            "FROM (SELECT DISTINCT ON (dedupe_key) dedupe_key, id FROM items "
+            "      WHERE job_id = :job AND dedupe_key IS NOT NULL ORDER BY dedupe_key, position) AS f "
+            "WHERE i.job_id = :job AND i.dedupe_key = f.dedupe_key AND i.id <> f.id"
+        ),
+        {"job": job_id},
+    )

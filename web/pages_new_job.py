@@ -1,0 +1,330 @@
+"""The new-job page (`/jobs/new`): upload a file or paste a few rows, pick a kind and its options, submit.
+
+A signed-in page like the others (the session and CSRF checks of web/pages.py:_guard apply; the route is
+registered on that blueprint). The form is `multipart/form-data`: a file (NDJSON, JSON, or CSV whose
+header names the kind's columns), a paste box used when no file is chosen, the kind, and the kind's
+options. Success is a 303 to the job's page, which follows progress live and shows the report.
+
+Rows go through the API's own intake, not a parser of the page's: NDJSON and CSV files through
+`web/intake.py:submit_stream`, the streamed path of `POST /v1/jobs` (checked as they are read and, on
+Postgres, copied into the job's items as they stream; CSV records are checked as the NDJSON lines they
+stand for, on their own line numbers), JSON files through the JSON path. Werkzeug spools a large uploaded
+file to disk and it is read from there, so a big file is never held in memory. Every call into intake is
+in `submit_upload`.
+
+Any problem re-shows the form with what the user chose (a browser never re-fills a file input) and an
+error summary naming the line and field, with the API's status (400, or 413/429 for a quota); nothing
+is stored. `docs/spec.md` ("Submitting from the browser") describes the page for users.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from flask import flash, redirect, render_template, request, url_for
+from sqlalchemy.orm import Session
+from werkzeug.datastructures import FileStorage
+from werkzeug.wrappers.response import Response as BaseResponse
+
+from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN
+from checks.fairness import PRIORITIES
+from checks.ndjson import MAX_ERRORS_KEPT
+from checks.options import CLAIMS_MODES
+from checks.recipes import Recipe, recipe_for
+from config import Settings
+from jobs.intake import create_job
+from jobs.quotas import QuotaExceeded, check_items, check_submission
+from models import Job, Tenant, utcnow
+from web.auth import current_tenant
+from web.body import Readable, read_json_body
+from web.errors import ApiError, invalid
+from web.intake import KINDS, loads_strict, prepare_json, submit_stream
+from web.session import db_session, resources, settings
+from workers.api import enqueue_start
+
+log = logging.getLogger("factgate.web")
+
+EXTENSIONS = {".ndjson": "ndjson", ".jsonl": "ndjson", ".jsonlines": "ndjson", ".json": "json", ".csv": "csv"}
+MIMETYPES = {
+    "application/x-ndjson": "ndjson",
+    "application/ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "application/x-jsonlines": "ndjson",
+    "application/json": "json",
+    "text/csv": "csv",
+}
+# The options the form offers (the model keeps each kind's default). Which apply is the kind's recipe's to
+# say (`Recipe.option_names`): an option the kind does not take is not sent, since a browser without script
+# submits every group.
+FORM_OPTIONS = ("mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url")
+# The form's option groups (fieldset id → the options it holds); a group is shown for the kinds taking them.
+OPTION_GROUPS = {
+    "claims-options": ("mode", "supported_min", "contradicted_max"),
+    "common-options": ("priority",),
+}
+MAX_NAME_CHARS = 200
+JSON_FILE_FIELDS = ("items", "metadata")
+SNIFF_BYTES = 4096
+
+
+# --- the one call into intake ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What the form submits: kind, options as typed (strings), the rows' stream and their format."""
+
+    kind: str
+    options: dict[str, str]
+    stream: Readable
+    fmt: str  # "ndjson", "json" or "csv"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def submit_upload(upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
+    """Validate, store and start the job, exactly as `POST /v1/jobs` does; raise ApiError (a bad file or
+    option) or QuotaExceeded, having stored nothing.
+
+    This is the page's only call into intake. NDJSON and CSV files go through the API's own streaming
+    entry point (`web/intake.py:submit_stream`: rows checked as they are read and, on Postgres, copied
+    into the job's items as they stream), with the form's kind, options and metadata as its parameters.
+    A JSON file is one document: it is read whole within the JSON body limit and checked by the API's JSON
+    intake (`prepare_json`), after the form's kind and options are put around its rows.
+    """
+    session = db_session()
+    try:
+        if upload.fmt == "json":
+            job = _submit_json(session, upload, tenant, cfg)
+        else:
+            params = [("kind", upload.kind), *upload.options.items()]
+            if upload.metadata:
+                params.append(("metadata", json.dumps(upload.metadata, ensure_ascii=False)))
+            job = submit_stream(
+                session,
+                tenant=tenant,
+                settings=cfg,
+                body_format="csv" if upload.fmt == "csv" else "ndjson",
+                params=params,
+                stream=upload.stream,
+                simulated=cfg.uses_simulator,
+            ).job
+    except BaseException:
+        session.rollback()  # a load stopped half-way: none of it may be committed
+        raise
+    session.commit()
+    # Only after commit, as in the API: a broker outage leaves the job queued for the sweeper.
+    try:
+        enqueue_start(resources().celery, job.id)
+    except Exception:
+        log.exception("could not enqueue start_job for job %s; the sweeper will start it", job.id)
+    return job
+
+
+def _submit_json(session: Session, upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
+    """A JSON file (an array of rows, or an object with `items`) through the API's JSON intake."""
+    check_submission(session, tenant, utcnow())
+    try:
+        document = read_json_body(
+            min(cfg.max_body_bytes, cfg.max_json_body_bytes),
+            loads=loads_strict,
+            stream=upload.stream,
+            hint="; upload large batches as NDJSON or CSV, which are read line by line",
+        )
+    except ApiError as exc:
+        # The reader's own messages speak of the request body; here the body is the file.
+        exc.message = exc.message.replace("request body", "the JSON file", 1)
+        raise
+    prepared = prepare_json(_json_body(upload, document), cfg)
+    check_items(tenant, len(prepared.units))
+    job, _created = create_job(
+        session,
+        tenant_id=tenant.id,
+        kind=prepared.kind,
+        options=prepared.options,
+        units=prepared.units,
+        metadata=prepared.metadata,
+        warnings=prepared.warnings,
+        simulated=cfg.uses_simulator,
+    )
+    return job
+
+
+def _json_body(upload: Upload, document: object) -> dict[str, Any]:
+    """The API's JSON body for a JSON file: an array of rows, or an object with `items` (an API body
+    without kind and options, which the form sets)."""
+    body: dict[str, Any] = {"kind": upload.kind, "options": dict(upload.options)}
+    if upload.metadata:
+        body["metadata"] = upload.metadata
+    if isinstance(document, list):
+        return {**body, "items": document}
+    if isinstance(document, dict):
+        for key in document:
+            if key not in JSON_FILE_FIELDS:
+                raise invalid(
+                    f"the JSON file has a field {str(key)[:40]!r}: it holds the rows (an array, or an "
+                    'object with "items"); choose the kind and options in the form',
+                    field=str(key),
+                )
+        return {**body, **document}
+    raise invalid(f"the JSON file must hold an array of rows, not a {type(document).__name__}")
+
+
+# --- the form ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FormState:
+    """The user's choices, re-shown as given when the form comes back with an error."""
+
+    kind: str = "claims"
+    options: dict[str, str] = field(default_factory=dict)
+    name: str = ""
+    paste: str = ""
+    filename: str = ""
+
+    def value(self, option: str) -> str:
+        return self.options.get(option, "")
+
+
+@dataclass(frozen=True)
+class FormError:
+    """The error summary: each problem (the first `MAX_DETAILS`), a note of how many more, and the id of
+    the control they are about (for the summary's links and the field's own message)."""
+
+    problems: list[str]
+    target: str | None
+    more: str = ""
+
+    @property
+    def message(self) -> str:
+        """What the control itself says: the first problem."""
+        return self.problems[0]
+
+
+MAX_DETAILS = 10
+DEFAULTS = {
+    "mode": "grounded",
+    "supported_min": f"{SUPPORTED_MIN:g}",
+    "contradicted_max": f"{CONTRADICTED_MAX:g}",
+    "priority": "batch",
+}
+
+
+def _read_form(form: Mapping[str, str]) -> FormState:
+    kind = (form.get("kind") or "").strip()
+    options = {name: (form.get(name) or "").strip() for name in FORM_OPTIONS}
+    return FormState(
+        kind=kind,
+        options={k: v for k, v in options.items() if v},
+        name=(form.get("name") or "").strip()[:MAX_NAME_CHARS],
+        paste=form.get("paste") or "",
+    )
+
+
+def _sniff(head: bytes) -> str:
+    """NDJSON when the rows start with `{`, JSON with `[`, else CSV (its header line)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"{"):
+        return "ndjson"
+    if text.startswith(b"["):
+        return "json"
+    return "csv"
+
+
+def _file_format(upload: FileStorage) -> str:
+    """From the file's extension, else its declared type, else its first bytes."""
+    name = (upload.filename or "").lower()
+    for ext, fmt in EXTENSIONS.items():
+        if name.endswith(ext):
+            return fmt
+    declared = MIMETYPES.get(upload.mimetype or "")
+    if declared is not None:
+        return declared
+    stream = upload.stream
+    head = stream.read(SNIFF_BYTES)
+    stream.seek(0)
+    return _sniff(head)
+
+
+def _upload(state: FormState) -> tuple[Upload, str]:
+    """The submission and the id of the control its rows came from (`file` or `paste`)."""
+    chosen = request.files.get("file")
+    taken = recipe_for(state.kind).option_names if state.kind in KINDS else frozenset()
+    options = {k: v for k, v in state.options.items() if k in taken}
+    metadata: dict[str, Any] = {"name": state.name} if state.name else {}
+    if chosen is not None and chosen.filename:
+        state.filename = chosen.filename[:MAX_NAME_CHARS]
+        stream: IO[bytes] = chosen.stream
+        return Upload(state.kind, options, stream, _file_format(chosen), metadata), "file"
+    if state.paste.strip():
+        raw = state.paste.encode("utf-8", "surrogatepass")
+        return Upload(state.kind, options, io.BytesIO(raw), _sniff(raw[:SNIFF_BYTES]), metadata), "paste"
+    raise invalid("choose a file, or paste a few rows into the box", field="file")
+
+
+def _target(exc: ApiError, source: str) -> str:
+    """The control an error is about: an option's field, the kind, or else the rows' file or paste box."""
+    name = (exc.field or "").removeprefix("options.")
+    if name in FORM_OPTIONS or name == "kind":
+        return name
+    if name == "metadata":
+        return "name"
+    return source
+
+
+def _form_error(exc: ApiError, source: str) -> FormError:
+    """Every problem the intake listed (row errors: one per line and field), else its one message."""
+    problems = [str(e["message"]) for e in (exc.errors or []) if e.get("message")] or [exc.message]
+    more = ""
+    if len(problems) > MAX_DETAILS:
+        extra = len(problems) - MAX_DETAILS
+        # Intake keeps the first MAX_ERRORS_KEPT problems and counts the rest in its message.
+        more = f"and {'at least ' if len(problems) >= MAX_ERRORS_KEPT else ''}{extra:,} more"
+    return FormError(problems[:MAX_DETAILS], _target(exc, source), more)
+
+
+def _option_groups(recipes: list[Recipe]) -> dict[str, str]:
+    """Each option group's `data-kinds`: the kinds (space-separated) whose recipes take its options."""
+    return {
+        group: " ".join(r.name for r in recipes if set(names) <= r.option_names)
+        for group, names in OPTION_GROUPS.items()
+    }
+
+
+def _render(state: FormState, error: FormError | None, status: int) -> tuple[str, int]:
+    return render_template(
+        "new_job.html",
+        state=state,
+        error=error,
+        kinds=[recipe_for(k) for k in KINDS],
+        groups=_option_groups([recipe_for(k) for k in KINDS]),
+        modes=CLAIMS_MODES,
+        priorities=PRIORITIES,
+        defaults=DEFAULTS,
+    ), status
+
+
+def new_job() -> BaseResponse | tuple[str, int]:
+    """GET: the empty form. POST: submit, then 303 to the job's page; or the form again with the error."""
+    if request.method == "GET":
+        return _render(FormState(kind=request.args.get("kind") or "claims"), None, 200)
+    state = _read_form(request.form)
+    source = "file"
+    try:
+        upload, source = _upload(state)
+        job = submit_upload(upload, current_tenant(), settings())
+    except ApiError as exc:
+        db_session().rollback()
+        return _render(state, _form_error(exc, source), exc.status)
+    except QuotaExceeded as exc:
+        db_session().rollback()
+        status = 413 if exc.quota == "max_items_per_job" else 429
+        return _render(state, FormError([exc.message], None), status)
+    noun = "item" if job.total_items == 1 else "items"
+    flash(f"Job submitted: {job.total_items:,} {noun}. This page follows its progress.", "info")
+    return redirect(url_for("pages.job_page", job_id=str(job.id)), code=303)
