@@ -13,18 +13,44 @@ fields added later get defaults, so older rows still load.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ItemStatusName = Literal["pending", "running", "done", "failed", "skipped"]
 SCHEMA_REF = "#/components/schemas/{model}"
 
 
+# Validation context of `Contract.read`: unknown fields are dropped instead of refused.
+_TOLERANT = "tolerant_reader"
+
+
 class Contract(BaseModel):
-    """Frozen, and strict about unknown fields: a contract that grows must say so here first."""
+    """Frozen, and strict about unknown fields where it is *written*: a contract that grows must say so here
+    first, and the server validates every line it builds. A *reader* of another version's lines (the CLI
+    talking to a newer server) uses `read`, which ignores fields it does not know, at every depth."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unknown(cls, data: Any, info: ValidationInfo) -> Any:
+        if not (info.context and info.context.get(_TOLERANT)) or not isinstance(data, dict):
+            return data
+        if cls.model_config.get("extra") != "forbid":
+            return data  # a StoredContract keeps what it does not know
+        known: set[str] = set()
+        for name, spec in cls.model_fields.items():
+            known.add(name)
+            if spec.alias:
+                known.add(spec.alias)
+        return {k: v for k, v in data.items() if k in known}
+
+    @classmethod
+    def read(cls, data: Any) -> Self:
+        """Validate what another process wrote (an API response): the known fields as strictly as ever, the
+        unknown ones — added by a newer version — ignored (the context reaches nested contracts too)."""
+        return cls.model_validate(data, context={_TOLERANT: True})
 
     def dump(self) -> dict[str, Any]:
         """JSON-safe dict in declaration order (what the API and the database get)."""

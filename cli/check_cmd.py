@@ -133,7 +133,7 @@ def _srv(server: str | None) -> tuple[str, ...]:
 
 
 def _claims_output(target: Target, job: dict[str, Any], data: bytes, rows: int) -> list[str]:
-    results = [ClaimResult.model_validate(line) for line in target.client.results(str(job["id"]))]
+    results = [ClaimResult.read(line) for line in target.client.results(str(job["id"]))]
     lines = claims_table(results, claim_modes(job), kinds=_kinds(data), limit=rows)
     summary = job.get("summary")
     if summary and summary.get("scorecards"):

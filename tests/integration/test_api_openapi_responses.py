@@ -66,20 +66,24 @@ def _validator(doc: dict[str, Any], schema: dict[str, Any]) -> OAS31Validator:
 
 
 def _lines(doc: dict[str, Any], resp: TestResponse, component: str) -> list[dict[str, Any]]:
-    """Validate every NDJSON line against the operation's line schema and the kind's own component."""
+    """Validate every NDJSON line against the operation's line schema and its own component: the kind's
+    result line for every line but the last, `ExportEnd` for the trailer. Returns the result lines."""
     assert resp.status_code == 200 and resp.mimetype == NDJSON
     ok = doc["paths"]["/v1/jobs/{job_id}/results"]["get"]["responses"]["200"]
-    validators = [
-        _validator(doc, ok["content"][NDJSON]["schema"]),
-        _validator(doc, {"$ref": f"#/components/schemas/{component}"}),
-    ]
+    operation = _validator(doc, ok["content"][NDJSON]["schema"])
+    own = _validator(doc, {"$ref": f"#/components/schemas/{component}"})
+    end = _validator(doc, {"$ref": "#/components/schemas/ExportEnd"})
     lines = [json.loads(x) for x in resp.get_data(as_text=True).splitlines()]
-    assert lines
-    for line in lines:
+    assert len(lines) >= 2, lines
+    *records, trailer = lines
+    for line, validators in [*((r, (operation, own)) for r in records), (trailer, (operation, end))]:
         for validator in validators:
             errors = [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator.iter_errors(line)]
             assert not errors, errors
-    return lines
+    # Each line matches its own schema only: a result line is no trailer, the trailer no result line.
+    assert list(end.iter_errors(records[0])) and list(own.iter_errors(trailer))
+    assert trailer["_end"]["count"] == len(records)
+    return records
 
 
 def test_claims_job_status_results_and_scorecard_match_the_served_document(
@@ -127,3 +131,8 @@ def test_a_line_that_breaks_its_contract_fails_validation(served: dict[str, Any]
     assert not list(validator.iter_errors(good))
     assert list(validator.iter_errors({**good, "results": {"grounded": {"status": "lost"}}}))
     assert list(validator.iter_errors({**good, "surprise": 1}))
+    end = _validator(served, {"$ref": "#/components/schemas/ExportEnd"})
+    trailer = {"_end": {"count": 1, "after": None, "last_id": "a"}}
+    assert not list(end.iter_errors(trailer))
+    assert list(end.iter_errors({"_end": {"count": 1, "after": None}}))  # last_id is required
+    assert list(end.iter_errors({**trailer, "more": True}))
