@@ -116,7 +116,12 @@ def test_echo_runs_end_to_end_through_intake_a_real_worker_finalize_and_the_expo
     assert job.summary["request_counts"]["completed"] == 3
 
     body = client.get(f"/v1/jobs/{job_id}/results", headers=auth).get_data(as_text=True)
-    lines = [json.loads(x) for x in body.splitlines()]
+    *lines, end = [json.loads(x) for x in body.splitlines()]
+    assert end == {
+        "_end": {"count": 3, "after": None, "last_id": "c"}
+    }  # read in keyset chunks, then the trailer
+    resumed = client.get(f"/v1/jobs/{job_id}/results?after=a", headers=auth).get_data(as_text=True)
+    assert [json.loads(x).get("custom_id") for x in resumed.splitlines()] == ["b", "c", None]
     assert [(x["custom_id"], x["status"], x["echoed"]) for x in lines] == [
         ("a", ItemStatus.DONE, "HELLO"), ("b", ItemStatus.DONE, "=CMD()"), ("c", ItemStatus.DONE, "WORLD")
     ]  # fmt: skip
@@ -124,5 +129,20 @@ def test_echo_runs_end_to_end_through_intake_a_real_worker_finalize_and_the_expo
                                         .get_data(as_text=True))))  # fmt: skip
     assert table[0] == ["custom_id", "status", "echoed"]
     assert table[2][2].startswith("'")  # formula-safe, like every export
+    assert table[-1] == ["#end", "3"]
+
+    # A CSV body: its header is checked against the recipe's row fields; echo has no streamed loader, so
+    # its rows are checked in memory and inserted like a JSON body's.
+    csv_post = {"headers": {**auth, "Content-Type": "text/csv"}}
+    missing = client.post("/v1/jobs?kind=echo", data="id,claim\nd,x\n", **csv_post)
+    assert missing.status_code == 400 and "text" in missing.get_json()["error"]["message"]
+    from_csv = client.post("/v1/jobs?kind=echo", data="id,text\nd,from a csv\n", **csv_post)
+    assert from_csv.status_code == 202, from_csv.get_data(as_text=True)
+    assert (
+        client.get(f"/v1/jobs/{from_csv.get_json()['id']}", headers=auth).get_json()["request_counts"][
+            "total"
+        ]
+        == 1
+    )
     assert render_line("echo", lines[0]) == ["a: HELLO"]
     assert client.get(f"/v1/jobs/{job_id}", headers=auth).get_json()["kind"] == "echo"

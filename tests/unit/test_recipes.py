@@ -76,3 +76,18 @@ def test_a_report_stored_by_an_older_version_still_makes_a_results_line() -> Non
     assert line.report is not None and line.report.summary == {}
     assert quote.result_line("q1", "Q?", "failed", {"status": "failed"}).outcome == "failed"
     assert quote.result_line("q1", "Q?", "pending", None).report is None
+
+
+def test_the_new_job_page_and_csv_bodies_read_the_recipes() -> None:
+    """No per-kind table outside the recipes: the page's option groups and a CSV body's header come from
+    `option_names` and `row_required` / `row_fields`."""
+    from checks.csv_rows import csv_columns
+    from web.pages_new_job import OPTION_GROUPS, _option_groups
+
+    recipes = [recipe_for(k) for k in ("claims", "answer", "quote")]
+    assert _option_groups(recipes) == {"claims-options": "claims", "common-options": "claims answer quote"}
+    assert set(OPTION_GROUPS["claims-options"]) <= recipes[0].option_names
+    assert csv_columns("claims") == (("id", "claim"), ("id", "claim", "label", "kind", "source"))
+    assert csv_columns("quote")[0] == ("id", "question")
+    for recipe in recipes:
+        assert set(recipe.row_required) <= set(recipe.row_fields) and recipe.description, recipe.name
