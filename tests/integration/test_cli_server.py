@@ -131,8 +131,10 @@ def test_submit_status_results_and_idempotency(server: Server, tmp_path: Path) -
     assert f"page: {server.url}/jobs/{job_id}" in status.stdout
     out = tmp_path / "r.ndjson"
     got = cli("results", job_id, "-o", str(out), env=server.env)
-    assert got.returncode == 0 and "wrote 24 lines" in got.stderr
-    assert {json.loads(line)["custom_id"] for line in out.read_text().splitlines()} >= {"s01", "r16"}
+    assert got.returncode == 0 and "wrote 25 lines" in got.stderr  # 24 results and the end line
+    *records, end = [json.loads(line) for line in out.read_text().splitlines()]
+    assert end == {"_end": {"count": 24, "after": None, "last_id": records[-1]["custom_id"]}}
+    assert {r["custom_id"] for r in records} >= {"s01", "r16"}
 
 
 def test_cancel_a_running_job(server: Server) -> None:
