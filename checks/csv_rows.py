@@ -23,15 +23,15 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from checks import claims as claim_rules
-from checks import questions as question_rules
+from checks.recipes import recipe_for
 
-# (required columns, allowed columns) of each kind's CSV header.
-CSV_COLUMNS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
-    "claims": (("id", "claim"), claim_rules.ALLOWED_FIELDS),
-    "answer": (("id", "question"), question_rules.ALLOWED_FIELDS),
-    "quote": (("id", "question"), question_rules.ALLOWED_FIELDS),
-}
+
+def csv_columns(kind: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(required columns, allowed columns) of a kind's CSV header: its recipe's row fields."""
+    recipe = recipe_for(kind)
+    return recipe.row_required, recipe.row_fields
+
+
 BOOLEAN_COLUMNS: Final = frozenset({"label"})
 _BOOLEANS: Final = {"true": True, "false": False}
 
@@ -65,7 +65,7 @@ def _decoded(lines: Iterable[bytes | str]) -> Iterator[str]:
 
 def _header(cells: list[str], kind: str) -> list[str]:
     """The header's column names, checked against the kind's columns."""
-    required, allowed = CSV_COLUMNS[kind]
+    required, allowed = csv_columns(kind)
     example = ",".join(required)
     names = [c.strip() for c in cells]
     if not any(names):
@@ -112,7 +112,7 @@ def csv_records(lines: Iterable[bytes | str], kind: str) -> Iterator[dict[str, o
     Raises CsvError at the first problem only CSV can have; row problems (a missing claim, a bad label)
     are left to the kind's row checker, which then names the same line.
     """
-    required, _allowed = CSV_COLUMNS[kind]
+    required, _allowed = csv_columns(kind)
     reader = csv.reader(_decoded(lines), strict=True)
     header: list[str] | None = None
     produced = 0

@@ -13,8 +13,10 @@ from typing import Any
 
 import click
 
+from checks.kinds.claims import ClaimResult
 from cli.errors import InputError
-from cli.render import answer_lines, claim_modes, claims_table, quote_lines, scorecard_lines
+from cli.kinds import cli_kind, render_line
+from cli.render import claim_modes, claims_table, scorecard_lines
 from cli.run import announce, fetch_job, finish, wait
 from cli.target import Target, open_target, server_from, token_from
 
@@ -131,7 +133,7 @@ def _srv(server: str | None) -> tuple[str, ...]:
 
 
 def _claims_output(target: Target, job: dict[str, Any], data: bytes, rows: int) -> list[str]:
-    results = target.client.results(str(job["id"]))
+    results = [ClaimResult.read(line) for line in target.client.results(str(job["id"]))]
     lines = claims_table(results, claim_modes(job), kinds=_kinds(data), limit=rows)
     summary = job.get("summary")
     if summary and summary.get("scorecards"):
@@ -164,15 +166,13 @@ def _question_command(
                 "items": [{"id": "q1", "question": question}],
             }
             job = target.client.submit_json(body, input_name="the question")
-        command = "ask" if kind == "answer" else "quote"
-        hint = _command_line(command, question, "--resume", str(job["id"]), *_srv(srv))
+        hint = _command_line(cli_kind(kind).command, question, "--resume", str(job["id"]), *_srv(srv))
         job = wait(target, job, resume_hint=hint)
-        render = answer_lines if kind == "answer" else quote_lines
 
         def output() -> list[str]:
             lines: list[str] = []
             for line in target.client.results(str(job["id"])):
-                lines.extend(render(line))
+                lines.extend(render_line(kind, line))
             return lines
 
         finish(target, job, report_path=report_path, render=output)

@@ -14,11 +14,12 @@ from typing import Any
 
 import click
 
+from checks.recipes import kind_names
 from cli.check_cmd import MODES
 from cli.errors import CliError, InputError
 from cli.target import open_target, server_from, token_from
 
-KINDS = ("claims", "answer", "quote")
+KINDS = kind_names()
 
 
 def _server_options(fn: Any) -> Any:

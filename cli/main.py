@@ -26,6 +26,9 @@ def main() -> None:
 def _register() -> None:
     """Attach the commands. Imports are local so `factgate --help` stays fast."""
     from cli import check_cmd, db_cmd, jobs_cmd, server_cmd, simulator_cmd, tenants_cmd
+    from cli.kinds import require_all
+
+    require_all()  # every job kind prints in the terminal, or the CLI says which one does not
 
     main.add_command(check_cmd.check)
     main.add_command(check_cmd.ask)

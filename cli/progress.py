@@ -25,7 +25,9 @@ from rich.progress import (
 )
 from rich.text import Text
 
-ENDED = ("completed", "cancelled", "failed")
+from models.states import JobStatus
+
+ENDED = tuple(sorted(JobStatus.ended()))
 
 
 class EtaColumn(ProgressColumn):

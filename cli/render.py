@@ -12,6 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from checks.contracts import ReportHead
+from checks.kinds._questions import QuestionLine
+from checks.kinds.answer import AnswerResult
+from checks.kinds.claims import ClaimModeResult, ClaimResult
+from checks.kinds.quote import QuoteResult
+
 SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
 GROUNDED_NOTE = "grounded attempts = POSTs sent with mode set, an upper bound on billed searches."
 MODE_ORDER = ("ungrounded", "grounded")
@@ -24,19 +30,17 @@ def _pct(value: float) -> str:
 # --- claims --------------------------------------------------------------------------------------------
 
 
-def _cell(result: Mapping[str, Any] | None) -> tuple[str, str]:
+def _cell(result: ClaimModeResult | None) -> tuple[str, str]:
     """(probability, verdict) for one claim in one mode; failed and unfinished items say so."""
-    if not result:
+    if result is None:
         return "-", "missing"
-    p = result.get("p")
-    verdict = result.get("verdict")
-    if result.get("status") == "done" and isinstance(p, int | float) and verdict:
-        return f"{p:.2f}", str(verdict)
-    return "-", str(result.get("status") or "missing")
+    if result.status == "done" and result.p is not None and result.verdict:
+        return f"{result.p:.2f}", str(result.verdict)
+    return "-", str(result.status or "missing")
 
 
 def claims_table(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[ClaimResult],
     modes: Sequence[str],
     *,
     kinds: Mapping[str, str] | None = None,
@@ -44,8 +48,8 @@ def claims_table(
 ) -> list[str]:
     """One line per claim: id, kind (when the input has one), label, p and verdict per mode, flip."""
     kinds = kinds or {}
-    show_kind = any(kinds.get(str(r.get("custom_id"))) for r in rows)
-    id_w = max([4, *(len(str(r.get("custom_id", ""))) for r in rows)]) + 1
+    show_kind = any(kinds.get(r.custom_id) for r in rows)
+    id_w = max([4, *(len(r.custom_id) for r in rows)]) + 1
     kind_w = max([5, *(len(v) for v in kinds.values())]) + 1 if show_kind else 0
     header = f"{'id':<{id_w}}" + (f"{'kind':<{kind_w}}" if show_kind else "") + f"{'label':<6}"
     for mode in modes:
@@ -53,14 +57,14 @@ def claims_table(
     lines = [header.rstrip()]
     shown = rows if limit is None else rows[:limit]
     for row in shown:
-        cid = str(row.get("custom_id", ""))
-        label = row.get("label")
+        cid = row.custom_id
+        label = row.label
         label_text = "-" if label is None else str(label).lower()
         line = (
             f"{cid:<{id_w}}" + (f"{kinds.get(cid, ''):<{kind_w}}" if show_kind else "") + f"{label_text:<6}"
         )
         verdicts = []
-        results = row.get("results") or {}
+        results = row.results
         for mode in modes:
             p, verdict = _cell(results.get(mode))
             line += f"  {p:>12}  {verdict:<18}"
@@ -142,37 +146,45 @@ def claim_modes(job: Mapping[str, Any]) -> list[str]:
 # --- answer and quote ----------------------------------------------------------------------------------
 
 
-def _incomplete_lines(report: Mapping[str, Any], headline: str) -> list[str]:
+def _incomplete_lines(report: ReportHead, headline: str) -> list[str]:
     """The headline of an incomplete question and one line per step that did not run to the end."""
     out = [headline]
-    steps = report.get("incomplete_steps") or []
+    steps = report.incomplete_steps
     for step in steps:
         out.append(f"  missing: {step.get('message') or step.get('step')}")
     if not steps:  # a report built before steps were named: its errors are all there is
-        out.extend(f"  missing: {error}" for error in report.get("errors") or [])
+        out.extend(f"  missing: {error}" for error in _extra(report).get("errors") or [])
     return out
 
 
-def _model_lines(report: Mapping[str, Any]) -> list[str]:
-    note = report.get("model_note")
-    return [f"note: {note}"] if note else []
+def _model_lines(report: ReportHead) -> list[str]:
+    return [f"note: {report.model_note}"] if report.model_note else []
 
 
-def answer_lines(line: Mapping[str, Any]) -> list[str]:
+def _extra(report: ReportHead) -> dict[str, Any]:
+    """The kind's own report fields (beyond the common head): sentences, results, the run record."""
+    return dict(report.model_extra or {})
+
+
+NO_REPORT = ReportHead(kind="", status="")
+
+
+def answer_lines(line: AnswerResult) -> list[str]:
     """The checked answer: each final sentence with its label and badge, sources, summary, request ids.
 
     An incomplete question prints what is missing first, then its sentences as "the answer so far"."""
-    report = line.get("report") or {}
-    out = [f"question: {line.get('question')}"]
-    status = report.get("status") or line.get("status")
+    report = line.report or NO_REPORT
+    extra = _extra(report)
+    out = [f"question: {line.question}"]
+    status = report.status or line.status
     incomplete = status == "incomplete"
     if incomplete:
         out += _incomplete_lines(report, "INCOMPLETE: not every step ran, so this is not a checked answer.")
     out += _model_lines(report)
-    final = report.get("final")
+    final = extra.get("final")
     if not final:
         if not incomplete:
-            out.append(f"no checked answer ({status}): {report.get('error') or line.get('status')}")
+            out.append(f"no checked answer ({status}): {report.error or line.status}")
         return out
     out.append("")
     if incomplete:
@@ -188,7 +200,7 @@ def answer_lines(line: Mapping[str, Any]) -> list[str]:
         for source in sources:
             title = f"{source['title']} " if source.get("title") else ""
             out.append(f"  [{source.get('number')}] {title}{source.get('url')}")
-    summary = report.get("summary") or {}
+    summary = report.summary
     out.append("")
     out.append(
         f"sentences {summary.get('sentences', 0)}  investigated {summary.get('investigated', 0)}  "
@@ -200,22 +212,23 @@ def answer_lines(line: Mapping[str, Any]) -> list[str]:
     if before or after:
         out.append(f"labels before review: {_counts(before)}; after: {_counts(after)}")
     if not incomplete:
-        for error in report.get("errors") or []:
+        for error in extra.get("errors") or []:
             out.append(f"warning: {error}")
     return out
 
 
-def quote_lines(line: Mapping[str, Any]) -> list[str]:
+def quote_lines(line: QuoteResult) -> list[str]:
     """The quote exactly as returned with title, URL and date; or no answer and the closest.
 
     An incomplete question quotes nothing: it prints what is missing and the candidates ranked so far."""
-    report = line.get("report") or {}
-    out = [f"question: {line.get('question')}"]
-    status = report.get("status") or line.get("status")
-    quote = report.get("quote")
+    report = line.report or NO_REPORT
+    extra = _extra(report)
+    out = [f"question: {line.question}"]
+    status = report.status or line.status
+    quote = line.quote
     if status == "incomplete":
         out += _incomplete_lines(report, "INCOMPLETE: not every step ran, so nothing is quoted.")
-        ranked = [r for r in report.get("results") or [] if r.get("best")]
+        ranked = [r for r in extra.get("results") or [] if r.get("best")]
         if ranked:
             out.append("candidates ranked so far (none compared, none quoted):")
             for row in ranked:
@@ -227,9 +240,9 @@ def quote_lines(line: Mapping[str, Any]) -> list[str]:
         out.append(f"p(answers) {_p3(quote.get('p_answers'))}  has_answer {_p3(quote.get('has_answer'))}")
     elif status == "no_answer":
         out.append("no search result answers the question")
-        closest = report.get("closest")
+        closest = line.closest
         if closest:
-            cutoff = (report.get("cutoffs") or {}).get("quote_min", 0.6)
+            cutoff = (extra.get("cutoffs") or {}).get("quote_min", 0.6)
             p = (
                 closest.get("p_answers")
                 if closest.get("p_answers") is not None
@@ -238,9 +251,9 @@ def quote_lines(line: Mapping[str, Any]) -> list[str]:
             out.append(f'closest (below the {cutoff} cutoff, {_p3(p)}): "{closest.get("text")}"')
             out.extend(_source_lines(closest))
     else:
-        out.append(f"no quote ({status}): {report.get('error') or line.get('status')}")
+        out.append(f"no quote ({status}): {report.error or line.status}")
     out += _model_lines(report)
-    summary = report.get("summary") or {}
+    summary = report.summary
     if summary:
         out.append(
             f"decisions requests {summary.get('decisions_requests', 0)}  "
@@ -248,7 +261,7 @@ def quote_lines(line: Mapping[str, Any]) -> list[str]:
             f"input tokens {summary.get('input_tokens', 0):,}  seconds {summary.get('seconds', 0)}"
         )
     if status != "incomplete":
-        for error in report.get("errors") or []:
+        for error in extra.get("errors") or []:
             out.append(f"warning: {error}")
     return out
 
@@ -266,9 +279,9 @@ def _counts(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{label} {n}" for label, n in counts.items()) or "none"
 
 
-def request_ids(line: Mapping[str, Any]) -> list[str]:
+def request_ids(line: QuestionLine) -> list[str]:
     """Every upstream request id of an answer or quote result line (what support asks for)."""
-    ids = line.get("request_ids")
+    ids = line.request_ids
     if isinstance(ids, dict):
         return [i for group in ids.values() for i in (group or []) if i]
     if isinstance(ids, list):

@@ -329,7 +329,7 @@ def _model_fields(job: Job) -> dict[str, Any]:
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
     """The question's report (shape: docs/spec.md §6), from stored items only.
 
-    `incomplete` is what jobs/flows.py passes when the job was cancelled before every planned step of this
+    `incomplete` is what jobs/stages.py passes when the job was cancelled before every planned step of this
     question ran (planned items never created, or pending ones skipped by the cancel); it adds a
     `cancelled` entry to `incomplete_steps`. Every other missing step is read from the children.
     """
@@ -594,104 +594,3 @@ def _evidence(
             sub["used"] = replaced and sub["label"] == "supported"
             rows.append(sub)
     return rows
-
-
-# --- job summary and results ---------------------------------------------------------------------------
-
-SUMMARY_TOTALS = (
-    "sentences",
-    "investigated",
-    "replaced",
-    "not_confirmed",
-    "not_reviewed",
-    "decisions_requests",
-    "decisions_input_tokens",
-    "agent_calls",
-    "seconds",
-    "failed_sentences",
-    "failed_investigations",
-)
-OUTCOMES = ("done", "failed", "skipped", "incomplete")
-
-
-def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
-    """Totals over every question: (report status, report summary) pairs; missing reports count as none.
-
-    `outcomes.done` counts only questions where every step ran; `incomplete_steps` counts the steps that
-    did not, by step name, over every incomplete question.
-    """
-    outcomes = dict.fromkeys(OUTCOMES, 0)
-    totals: dict[str, float] = dict.fromkeys(SUMMARY_TOTALS, 0)
-    before: dict[str, int] = {}
-    after: dict[str, int] = {}
-    steps: dict[str, int] = {}
-    questions = 0
-    for status, summary in reports:
-        questions += 1
-        if status is not None:
-            outcomes[status] = outcomes.get(status, 0) + 1
-        for name in SUMMARY_TOTALS:
-            totals[name] += (summary or {}).get(name) or 0
-        for target, key in ((before, "before"), (after, "after"), (steps, "incomplete_steps")):
-            for label, n in ((summary or {}).get(key) or {}).items():
-                target[label] = target.get(label, 0) + int(n)
-    totals["seconds"] = round(float(totals["seconds"]), 1)
-    order: dict[str, int] = {label: i for i, label in enumerate(gate.LABELS)}
-    return {
-        "kind": "answer",
-        "questions": questions,
-        "outcomes": outcomes,
-        "incomplete_steps": steps,
-        "totals": {k: (v if k == "seconds" else int(v)) for k, v in totals.items()},
-        "before": dict(sorted(before.items(), key=lambda kv: order.get(kv[0], 99))),
-        "after": dict(sorted(after.items(), key=lambda kv: order.get(kv[0], 99))),
-    }
-
-
-def answer_text(final: Mapping[str, Any]) -> str:
-    """The sentences of a report's `final` as text: ` [n]` citations, paragraphs split by a blank line."""
-    paragraphs = []
-    for indexes in final["paragraphs"]:
-        parts = []
-        for i in indexes:
-            sentence = final["sentences"][i]
-            cites = "".join(f"[{n}]" for n in sentence["citations"])
-            parts.append(f"{sentence['text']}{' ' + cites if cites else ''}")
-        paragraphs.append(" ".join(parts))
-    return "\n\n".join(paragraphs)
-
-
-def result_line(
-    custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """One results-export line: the final answer as text with renumbered citations, and the report.
-
-    `final_answer` is set only when every step ran (outcome `done`); an incomplete question's sentences so
-    far are in `partial_answer` instead, next to the steps that are missing, so no consumer reads a
-    partly checked answer as a checked one.
-    """
-    line: dict[str, Any] = {
-        "custom_id": custom_id,
-        "question": question,
-        "status": status,
-        "outcome": None,
-        "final_answer": None,
-        "partial_answer": None,
-        "incomplete_steps": [],
-        "model_note": None,
-        "request_ids": None,
-        "usage": None,
-        "report": report,
-    }
-    if report is None:
-        return line
-    line["outcome"] = report.get("status")
-    line["usage"] = report.get("usage")
-    line["request_ids"] = report.get("request_ids")
-    line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
-    line["model_note"] = report.get("model_note")
-    final = report.get("final")
-    if final:
-        key = "final_answer" if line["outcome"] == "done" else "partial_answer"
-        line[key] = answer_text(final)
-    return line

@@ -150,7 +150,7 @@ def insert_claim_items(session: Session, job_id: uuid.UUID, *, model: str, modes
 def insert_question_items(
     session: Session, job_id: uuid.UUID, *, kind: str, stage: str, endpoint: str
 ) -> int:
-    """One top-level item per staged question, as `jobs.flows.question_units` builds them."""
+    """One top-level item per staged question, as `jobs.stages.question_units` builds them."""
     result = session.execute(
         text(
             "INSERT INTO items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts) "  # noqa: S608

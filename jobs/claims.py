@@ -7,15 +7,19 @@ query is computed here, before anything is sent, and stored on the item (docs/sp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
+from checks.kinds.claims import ClaimResult, ClaimsSummary
+from checks.ndjson import RowLine
 from checks.options import ClaimsOptions, check_cutoffs
 from checks.pricing import DEFAULT_MODEL
+from checks.recipes import RowLimits
+from jobs import bulk_load
 from jobs.intake import UnitSpec, dedupe_key
 from jobs.keyset import page_rows
 from models import Item, Job
@@ -103,7 +107,7 @@ def _outcomes(session: Session, job_id: uuid.UUID, mode: str) -> list[claim_rule
 
 def claims_summary(
     session: Session, job: Job, *, supported_min: float | None = None, contradicted_max: float | None = None
-) -> dict[str, Any]:
+) -> ClaimsSummary:
     """Scorecards per mode (with acceptance), flips between modes, and claims outside their query.
 
     Replayed from stored probabilities: other cutoffs need no upstream request.
@@ -146,14 +150,15 @@ def claims_summary(
                 probs["ungrounded"], probs["grounded"], supported_min=smin, contradicted_max=cmax
             )
         ]
-    return {
-        "kind": "claims",
-        "cutoffs": {"supported_min": smin, "contradicted_max": cmax},
-        "modes": list(modes),
-        "scorecards": scorecards,
-        "flips": flips,
-        "outside_query": outside,
-    }
+    return ClaimsSummary.model_validate(
+        {
+            "cutoffs": {"supported_min": smin, "contradicted_max": cmax},
+            "modes": list(modes),
+            "scorecards": scorecards,
+            "flips": flips,
+            "outside_query": outside,
+        }
+    )
 
 
 _RESULT_COLUMNS = (
@@ -191,9 +196,10 @@ def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]
     }
 
 
-def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[int, int], dict[str, Any]]]:
-    """One record per claim (all modes merged: a claim's modes have consecutive positions), each with the
-    (position, id) of its last item: the keyset cursor that resumes after it."""
+def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[int, int], ClaimResult]]:
+    """One result line per claim (all modes merged: a claim's modes have consecutive positions), each
+    with the (position, id) of its last item: the keyset cursor that resumes after it. Every line is
+    validated by its contract (`ClaimResult`) as it is built."""
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
     current: dict[str, Any] | None = None
@@ -202,7 +208,7 @@ def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[
         pos, item_id, custom_id, mode, input_ = row[:5]
         if current is None or current["custom_id"] != custom_id:
             if current is not None:
-                yield cursor, current
+                yield cursor, ClaimResult.model_validate(current)
             current = {
                 "custom_id": custom_id,
                 "claim": input_.get("claim"),
@@ -212,10 +218,10 @@ def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[
         current["results"][mode] = _mode_result((smin, cmax), row)
         cursor = (pos, item_id)
     if current is not None:
-        yield cursor, current
+        yield cursor, ClaimResult.model_validate(current)
 
 
-def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
+def iter_claim_results(session: Session, job: Job) -> Iterator[ClaimResult]:
     """One result per claim (all modes merged), in input order, streamed in constant memory."""
     rows = session.execute(
         select(*_RESULT_COLUMNS)
@@ -234,7 +240,7 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
 
 def claim_results_page(
     session: Session, job: Job, after: tuple[int, int], limit: int
-) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+) -> list[tuple[tuple[int, int], ClaimResult]]:
     """The results of the claims after the keyset cursor `after` (position, id), from at most `limit`
     items, with each record's cursor: one short query, for exports read in chunks (web/exports.py).
 
@@ -250,7 +256,7 @@ def claim_results_page(
 
 def claim_results_of(
     session: Session, job: Job, custom_ids: Sequence[str]
-) -> tuple[list[dict[str, Any]], int | None]:
+) -> tuple[list[ClaimResult], int | None]:
     """The results of these claims (as `iter_claim_results` gives them), in input order, and the highest
     position among their items: one page of the report, read through the (job_id, custom_id, mode) index."""
     if not custom_ids:
@@ -263,3 +269,56 @@ def claim_results_of(
     last = max((int(r[0]) for r in rows), default=None)
     records = [record for _cursor, record in _group_results(job, cast("list[ResultRow]", rows))]
     return records, last
+
+
+class _ClaimStager:
+    """Takes each valid claim row from the checker into the COPY, as `claim_units` would make its items
+    (whether the claim fits its grounding query is decided here, once per row), counting items for the
+    quota as it goes."""
+
+    def __init__(
+        self, staged: bulk_load.StagedRows, modes: int, grounded: bool, quota: Callable[[int], None]
+    ) -> None:
+        self._staged = staged
+        self._modes = modes
+        self._grounded = grounded
+        self._quota = quota
+        self.items = 0
+        self.outside = 0
+        self.outside_ids: list[str] = []
+
+    def append(self, row: claim_rules.ClaimRow, /) -> None:
+        in_query = True
+        if self._grounded and claim_rules.claim_outside_query(row.claim):
+            in_query = False
+            self.outside += 1
+            if len(self.outside_ids) < 10:
+                self.outside_ids.append(row.id)
+        self.items += self._modes
+        self._quota(self.items)
+        self._staged.add(
+            row.id, row.claim, label=row.label, kind=row.kind, source=row.source, in_query=in_query
+        )
+
+
+def load_claim_rows(
+    session: Session,
+    job: Job,
+    options: ClaimsOptions,
+    lines: Iterable[RowLine],
+    *,
+    limits: RowLimits,
+    quota: Callable[[int], None],
+) -> tuple[int, list[str]]:
+    """The claims kind's streamed intake (`jobs.kinds.StreamLoad`): each valid row is copied as it is read,
+    then an item per claim and mode is made in SQL and repeats are linked."""
+    modes = options.modes
+    with bulk_load.StagedRows(session) as staged:
+        stager = _ClaimStager(staged, len(modes), "grounded" in modes, quota)
+        claim_rules.stream_rows(
+            lines, stager, max_rows=limits.max_rows, max_claim_bytes=limits.max_claim_bytes
+        )
+    items = bulk_load.insert_claim_items(session, job.id, model=options.model, modes=modes)
+    bulk_load.link_repeats(session, job.id)
+    warnings = [outside_query_warning(stager.outside, stager.outside_ids)] if stager.outside else []
+    return items, warnings

@@ -38,6 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, aliased
 
 from checks import claims as claim_rules
+from checks.kinds.claims import ClaimResult
 from jobs.claims import claim_results_of
 from models import Item, Job
 
@@ -256,7 +257,7 @@ class ClaimPage:
     """One page of claim records (as jobs.claims.iter_claim_results gives them) and the keyset cursor of
     the next page: the last position this page covers, or None when nothing follows."""
 
-    records: list[dict[str, Any]]
+    records: list[ClaimResult]
     next_after: int | None
 
 

@@ -6,7 +6,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from jobs.items import CANCELLED_ERROR
-from models import Item, Job, utcnow
+from models import Item, Job, JobStatus, utcnow
 
 
 class JobStateError(Exception):
@@ -41,7 +41,7 @@ def retry_failed(session: Session, job: Job) -> int:
     Only ended jobs (completed, failed, cancelled) can be retried: retrying a live job would race
     its own workers.
     """
-    if job.status not in ("completed", "failed", "cancelled"):
+    if job.status not in JobStatus.ended():
         raise JobStateError(f"job is {job.status}; only an ended job can be retried")
     result = session.execute(
         update(Item)

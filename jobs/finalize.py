@@ -16,37 +16,27 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from jobs.claims import claims_summary
-from jobs.claims_report import calibration_sums
-from jobs.flows import FLOW_KINDS, questions_ready, questions_summary
+from jobs.kinds import job_kind
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
 from jobs.webhooks import record_job_ended
-from models import Item, Job, utcnow
+from models import Item, ItemStatus, Job, JobStatus, utcnow
 
 log = logging.getLogger("factgate.jobs")
 
-ENDED = ("completed", "cancelled", "failed")
+ENDED = tuple(sorted(JobStatus.ended()))
 
 
 def build_summary(session: Session, job: Job) -> dict[str, Any]:
-    """The kind-specific report totals."""
-    if job.kind == "claims":
-        summary = claims_summary(session, job)
-        # The report's calibration bins, so its page reads them instead of counting every item per view.
-        summary["calibration"] = calibration_sums(session, job.id)
-        return summary
-    if job.kind in FLOW_KINDS:
-        return questions_summary(session, job)
-    return {"kind": job.kind}
+    """The kind's report totals (its recipe's summary contract), as stored on the job. A kind's summary
+    also holds what its pages read instead of counting every item per view (claims: calibration bins)."""
+    return job_kind(job.kind).summarize(session, job).dump()
 
 
 def ready_to_finalize(session: Session, job: Job) -> bool:
-    """Beyond every item being terminal: answer and quote jobs also need every question's report,
-    which is built after the question's last child settles (jobs/flows.py)."""
-    if job.kind in FLOW_KINDS:
-        return questions_ready(session, job.id)
-    return True
+    """Beyond every item being terminal: a staged kind also needs every entry item's report, which is
+    built after its last child settles (jobs/stages.py); a one-stage kind is ready."""
+    return job_kind(job.kind).ready(session, job)
 
 
 def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
@@ -60,7 +50,7 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     # before counting a job's items by status, which reads all of them.
     if (
         session.scalar(
-            select(Item.id).where(Item.job_id == job_id, Item.status.in_(("pending", "running"))).limit(1)
+            select(Item.id).where(Item.job_id == job_id, Item.status.in_(sorted(ItemStatus.open()))).limit(1)
         )
         is not None
     ):
@@ -71,11 +61,13 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     if not counts.all_terminal or not ready_to_finalize(session, job):
         return False
     now = utcnow()
-    cancelling = job.status == "cancelling"
+    cancelling = job.status == JobStatus.CANCELLING
     moved = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status.in_(("queued", "in_progress", "cancelling")))
-        .values(status="finalizing", finalizing_at=now)
+        .where(
+            Job.id == job_id, Job.status.in_((JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.CANCELLING))
+        )
+        .values(status=JobStatus.FINALIZING, finalizing_at=now)
     )
     if not getattr(moved, "rowcount", 0):
         return False  # someone else is finalizing it right now
@@ -85,13 +77,13 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         summary["request_counts"] = counts.as_dict()
         values: dict[str, Any] = {"summary": summary, "usage": usage_totals(session, job_id)}
         if cancelling:
-            values.update(status="cancelled", cancelled_at=utcnow())
+            values.update(status=JobStatus.CANCELLED, cancelled_at=utcnow())
         else:
-            values.update(status="completed", completed_at=utcnow())
+            values.update(status=JobStatus.COMPLETED, completed_at=utcnow())
     except Exception as exc:  # a broken summary must not leave the job stuck in finalizing
         log.exception("finalizing job %s failed", job_id)
         values = {
-            "status": "failed",
+            "status": JobStatus.FAILED,
             "failed_at": utcnow(),
             "error": f"finalizing failed: {type(exc).__name__}: {exc}",
             "usage": usage_totals(session, job_id),
@@ -99,7 +91,7 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     # Every item is terminal and stays so while the job is ended (a retry reopens the job first), so these
     # counts stay true: lists and status reads of the ended job use them instead of counting its items.
     values["request_counts"] = counts.as_dict()
-    session.execute(update(Job).where(Job.id == job_id, Job.status == "finalizing").values(**values))
+    session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.FINALIZING).values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)
     _outbox(session, job)

@@ -150,7 +150,7 @@ def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, An
 
 @dataclass(frozen=True)
 class QuestionPage:
-    """One page of an answer or quote job's questions (entries as jobs.flows.iter_question_reports gives
+    """One page of an answer or quote job's questions (entries as jobs.stages.iter_question_reports gives
     them) and the keyset cursor of the next page, "<position>:<item id>" of its last question, or None."""
 
     entries: list[dict[str, Any]]

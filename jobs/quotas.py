@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import ApiCall, Job, Tenant
+from models import ApiCall, Job, JobStatus, Tenant
 
-LIVE_JOB_STATUSES = ("queued", "in_progress", "finalizing", "cancelling")
+LIVE_JOB_STATUSES = tuple(sorted(JobStatus.live()))
 
 
 def day_start(now: datetime) -> datetime:

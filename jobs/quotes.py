@@ -217,7 +217,7 @@ def _step_counts(steps: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def build_report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bool) -> dict[str, Any]:
     """The question's report (shape: docs/spec.md §6), from stored items only.
 
-    `incomplete` is what jobs/flows.py passes when the job was cancelled before every planned step of this
+    `incomplete` is what jobs/stages.py passes when the job was cancelled before every planned step of this
     question ran; it adds a `cancelled` entry to `incomplete_steps`. Every other missing step is read from
     the children. With any entry the status is `incomplete` and nothing is quoted or offered as closest:
     the results ranked so far stay in `results`.
@@ -424,65 +424,3 @@ def _compare_table(compare_item: Item | None, outcome: quotes.QuoteOutcome | Non
         "error": None if compare_item.status == "done" else (compare_item.error or o.get("error")),
         "candidates": candidates,
     }
-
-
-# --- job summary and results ---------------------------------------------------------------------------
-
-SUMMARY_TOTALS = ("decisions_requests", "failed_requests", "search_requests", "input_tokens", "seconds")
-OUTCOMES = ("quoted", "no_answer", "failed", "skipped", "incomplete")
-
-
-def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]) -> dict[str, Any]:
-    """Totals over every question: (report status, report summary) pairs.
-
-    `incomplete_steps` counts the steps that did not run to the end, by step name, over every incomplete
-    question.
-    """
-    outcomes = dict.fromkeys(OUTCOMES, 0)
-    totals: dict[str, float] = dict.fromkeys(SUMMARY_TOTALS, 0)
-    steps: dict[str, int] = {}
-    questions = 0
-    for status, summary in reports:
-        questions += 1
-        if status is not None:
-            outcomes[status] = outcomes.get(status, 0) + 1
-        for name in SUMMARY_TOTALS:
-            totals[name] += (summary or {}).get(name) or 0
-        for step, n in ((summary or {}).get("incomplete_steps") or {}).items():
-            steps[step] = steps.get(step, 0) + int(n)
-    return {
-        "kind": "quote",
-        "questions": questions,
-        "outcomes": outcomes,
-        "incomplete_steps": steps,
-        "totals": {k: (round(float(v), 1) if k == "seconds" else int(v)) for k, v in totals.items()},
-    }
-
-
-def result_line(
-    custom_id: str, question: str, status: str, report: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """One results-export line: the quote (or, with no answer, the closest candidate) with its source, and
-    the report. An incomplete question has neither, and names its missing steps."""
-    line: dict[str, Any] = {
-        "custom_id": custom_id,
-        "question": question,
-        "status": status,
-        "outcome": None,
-        "quote": None,
-        "closest": None,
-        "incomplete_steps": [],
-        "model_note": None,
-        "request_ids": None,
-        "usage": None,
-        "report": report,
-    }
-    if report is not None:
-        line["outcome"] = report.get("status")
-        line["usage"] = report.get("usage")
-        line["quote"] = report.get("quote") if line["outcome"] == "quoted" else None
-        line["closest"] = report.get("closest") if line["outcome"] == "no_answer" else None
-        line["incomplete_steps"] = list(report.get("incomplete_steps") or [])
-        line["model_note"] = report.get("model_note")
-        line["request_ids"] = report.get("request_ids")
-    return line

@@ -22,10 +22,10 @@ from sqlalchemy import func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
 
 from checks.fairness import Priority
-from models import ApiCall, Item, Job, Tenant, utcnow
+from models import ApiCall, Item, ItemStatus, Job, JobStatus, Tenant, utcnow
 from models.jobs import IN_FLIGHT_SQL, READY_SQL
 
-LIVE = ("queued", "in_progress")
+LIVE = tuple(sorted(JobStatus.running()))
 # A union of per-job reads is split into statements of at most this many jobs (bind-parameter limits).
 _JOBS_PER_STATEMENT = 200
 
@@ -205,7 +205,7 @@ def remaining_items(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid
         return {}
     rows = session.execute(
         select(Item.job_id, func.count())
-        .where(Item.job_id.in_(list(job_ids)), Item.status.in_(("pending", "running")))
+        .where(Item.job_id.in_(list(job_ids)), Item.status.in_(sorted(ItemStatus.open())))
         .group_by(Item.job_id)
     ).all()
     return {jid: int(n) for jid, n in rows}

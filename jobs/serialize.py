@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from jobs.progress import RequestCounts, job_counts, jobs_counts
 from jobs.usage import usage_totals, usage_totals_of
-from models import Job
+from models import Job, JobStatus
 
 SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
 TIMESTAMP_FIELDS = (
@@ -33,8 +33,8 @@ TIMESTAMP_FIELDS = (
     "cancelled_at",
     "failed_at",
 )
-ENDED_STATUSES = ("completed", "cancelled", "failed")
-LIVE_STATUSES = ("queued", "in_progress")
+ENDED_STATUSES = tuple(sorted(JobStatus.ended()))
+LIVE_STATUSES = tuple(sorted(JobStatus.running()))  # the scheduler's view is shown while work is sent
 
 
 def iso(value: datetime | None) -> str | None:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from jobs.keyring import Keyring
 from jobs.keyring import fingerprint as key_fingerprint
 from jobs.webhooks import normalized_webhook_url
-from models import ApiToken, Tenant, utcnow
+from models import ApiToken, JobStatus, Tenant, utcnow
 
 TOKEN_PREFIX = "fg_"  # noqa: S105 - a display prefix, not a secret
 # Weights far apart make the heaviest tenant's turns long for everyone else (docs/architecture.md, scheduler).
@@ -174,9 +174,7 @@ def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]
     live = (
         select(func.count())
         .select_from(Job)
-        .where(
-            Job.tenant_id == Tenant.id, Job.status.in_(("queued", "in_progress", "finalizing", "cancelling"))
-        )
+        .where(Job.tenant_id == Tenant.id, Job.status.in_(sorted(JobStatus.live())))
         .scalar_subquery()
     )
     stmt = select(Tenant, tokens, live).order_by(Tenant.name)

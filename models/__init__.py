@@ -5,7 +5,6 @@ from models.db import autocommit_scope, make_engine, make_session_factory, sessi
 from models.jobs import (
     ITEM_STATUSES,
     ITEM_TERMINAL_STATUSES,
-    JOB_KINDS,
     JOB_LIVE_STATUSES,
     JOB_STATUSES,
     ApiCall,
@@ -13,6 +12,7 @@ from models.jobs import (
     Job,
 )
 from models.sessions import SESSION_END_REASONS, WebSession
+from models.states import ItemStatus, JobStatus, Stage
 from models.tenancy import ApiToken, Tenant
 from models.webhooks import DELIVERY_STATUSES, WEBHOOK_EVENTS, WebhookAttempt, WebhookDelivery
 
@@ -20,7 +20,6 @@ __all__ = [
     "DELIVERY_STATUSES",
     "ITEM_STATUSES",
     "ITEM_TERMINAL_STATUSES",
-    "JOB_KINDS",
     "JOB_LIVE_STATUSES",
     "JOB_STATUSES",
     "SESSION_END_REASONS",
@@ -29,7 +28,10 @@ __all__ = [
     "ApiToken",
     "Base",
     "Item",
+    "ItemStatus",
     "Job",
+    "JobStatus",
+    "Stage",
     "Tenant",
     "WebSession",
     "WebhookAttempt",

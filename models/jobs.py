@@ -26,21 +26,13 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+from models.states import ItemStatus, JobStatus
 
-JOB_KINDS = ("claims", "answer", "quote")
-JOB_STATUSES = (
-    "validating",
-    "queued",
-    "in_progress",
-    "finalizing",
-    "completed",
-    "cancelling",
-    "cancelled",
-    "failed",
-)
-JOB_LIVE_STATUSES = ("queued", "in_progress", "finalizing", "cancelling")
-ITEM_STATUSES = ("pending", "running", "done", "failed", "skipped")
-ITEM_TERMINAL_STATUSES = ("done", "failed", "skipped")
+# Job kinds are not listed here: they are the recipes' names (checks/recipes.py), a plain string column.
+JOB_STATUSES = tuple(JobStatus)
+JOB_LIVE_STATUSES = tuple(s for s in JobStatus if s in JobStatus.live())
+ITEM_STATUSES = tuple(ItemStatus)
+ITEM_TERMINAL_STATUSES = tuple(s for s in ItemStatus if s in ItemStatus.terminal())
 # Conditions of the scheduler's partial indexes (also in migration 0003).
 READY_SQL = "status = 'pending' AND enqueued_at IS NULL AND duplicate_of IS NULL"
 IN_FLIGHT_SQL = "enqueued_at IS NOT NULL AND status IN ('pending', 'running')"

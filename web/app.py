@@ -26,6 +26,7 @@ from config import Settings
 from models import make_engine, make_session_factory
 from web.api import api, meta
 from web.errors import register_error_handlers
+from web.kinds import require_all
 from web.metrics import init_app as init_metrics
 from web.pages import init_pages
 from web.session import EXTENSION, WebResources, close_db_session
@@ -37,6 +38,7 @@ HEALTH_TIMEOUT_S = 2.0
 def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | None = None) -> Flask:
     """Build the web app from the environment, with `overrides` (Settings field names) applied."""
     settings = Settings.from_env().with_overrides(overrides)
+    require_all()  # every kind has its pages and its state changes, or the app does not start
     url = settings.effective_database_url()
     if url.startswith("sqlite"):
         migrations.upgrade(url)

@@ -1,7 +1,8 @@
 """CSV downloads of `answer` and `quote` results: one row per question, flat columns.
 
 The NDJSON download holds the whole report; the CSV is the spreadsheet view of the outcome. Rows are
-built from `jobs.flows.question_results_page` lines and streamed like web/exports.py's claims CSV.
+built from the kind's `results_page` lines (`AnswerResult` / `QuoteResult`, read by attribute) and streamed
+like web/exports.py's claims CSV, ending with the `#end,<N>` row.
 
 An incomplete question says so in its row: `outcome` is `incomplete`, `incomplete_steps` names every step
 that did not run to the end, and the answer so far goes to `partial_answer`, never to `final_answer` (the
@@ -17,36 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from checks.kinds import answer as answer_kind
+from checks.kinds import quote as quote_kind
+from checks.kinds.answer import AnswerResult
+from checks.kinds.quote import QuoteResult
 from web.csv_safety import SafeCsv
 
-ANSWER_COLUMNS = (
-    "custom_id",
-    "question",
-    "status",
-    "outcome",
-    "final_answer",
-    "request_ids",
-    "incomplete_steps",
-    "partial_answer",
-    "model_note",
-)
-QUOTE_COLUMNS = (
-    "custom_id",
-    "question",
-    "status",
-    "outcome",
-    "quote",
-    "title",
-    "url",
-    "date",
-    "p_answers",
-    "has_answer",
-    "closest",
-    "closest_p_answers",
-    "request_ids",
-    "incomplete_steps",
-    "model_note",
-)
+ANSWER_COLUMNS = answer_kind.CSV_COLUMNS
+QUOTE_COLUMNS = quote_kind.CSV_COLUMNS
 
 
 END_CELL = "#end"
@@ -94,28 +73,28 @@ def _steps(value: object) -> str:
     return "; ".join(str(step.get("message") or step.get("step")) for step in value if isinstance(step, dict))
 
 
-def _answer_row(line: dict[str, Any]) -> Sequence[object]:
+def _answer_row(line: AnswerResult) -> Sequence[object]:
     return (
-        line.get("custom_id", ""),
-        line.get("question") or "",
-        line.get("status") or "",
-        line.get("outcome") or "",
-        line.get("final_answer") or "",
-        _ids(line.get("request_ids")),
-        _steps(line.get("incomplete_steps")),
-        line.get("partial_answer") or "",
-        line.get("model_note") or "",
+        line.custom_id,
+        line.question or "",
+        line.status or "",
+        line.outcome or "",
+        line.final_answer or "",
+        _ids(line.request_ids),
+        _steps(line.incomplete_steps),
+        line.partial_answer or "",
+        line.model_note or "",
     )
 
 
-def _quote_row(line: dict[str, Any]) -> Sequence[object]:
-    quote = line.get("quote") or {}
-    closest = line.get("closest") or {}
+def _quote_row(line: QuoteResult) -> Sequence[object]:
+    quote = line.quote or {}
+    closest = line.closest or {}
     return (
-        line.get("custom_id", ""),
-        line.get("question") or "",
-        line.get("status") or "",
-        line.get("outcome") or "",
+        line.custom_id,
+        line.question or "",
+        line.status or "",
+        line.outcome or "",
         quote.get("text") or "",
         quote.get("title") or "",
         quote.get("url") or "",
@@ -124,16 +103,19 @@ def _quote_row(line: dict[str, Any]) -> Sequence[object]:
         _num(quote.get("has_answer")),
         closest.get("text") or "",
         _num(closest.get("p_answers")),
-        _ids(line.get("request_ids")),
-        _steps(line.get("incomplete_steps")),
-        line.get("model_note") or "",
+        _ids(line.request_ids),
+        _steps(line.incomplete_steps),
+        line.model_note or "",
     )
 
 
-def _csv(
-    columns: Sequence[str], row: Callable[[dict[str, Any]], Sequence[object]]
-) -> Callable[[Iterator[dict[str, Any]]], Iterator[str]]:
-    def render(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+def csv_renderer(
+    columns: Sequence[str], row: Callable[[Any], Sequence[object]]
+) -> Callable[[Iterator[Any]], Iterator[str]]:
+    """A renderer of one kind's result lines (its recipe's `result_line` contract), header first, the
+    `#end` row last."""
+
+    def render(records: Iterator[Any]) -> Iterator[str]:
         out = CsvTally(SafeCsv())
         out.header(columns)
         for record in records:
@@ -144,5 +126,5 @@ def _csv(
     return render
 
 
-answers_csv = _csv(ANSWER_COLUMNS, _answer_row)
-quotes_csv = _csv(QUOTE_COLUMNS, _quote_row)
+answers_csv = csv_renderer(ANSWER_COLUMNS, _answer_row)
+quotes_csv = csv_renderer(QUOTE_COLUMNS, _quote_row)

@@ -22,15 +22,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.claims import claim_results_page
-from jobs.flows import question_results_page
+from checks.contracts import Contract, ExportEnd
+from checks.kinds.claims import CSV_COLUMNS, ClaimResult
 from jobs.keyset import START, Cursor
+from jobs.kinds import ResultPage
+from models import Job
+from web.csv_exports import CsvTally
+from web.csv_safety import SafeCsv
+from web.kinds import CSV_RENDERERS, RESULT_ITERATORS, Renderer
 
 __all__ = [
     "CHUNK_ITEMS",
@@ -38,29 +43,18 @@ __all__ = [
     "RESULT_ITERATORS",
     "START",
     "Progress",
+    "claims_csv",
     "ndjson_lines",
     "ndjson_trailer",
     "read_chunks",
     "stream_job",
 ]
-from models import Job
-from web.csv_exports import CsvTally, answers_csv, quotes_csv
-from web.csv_safety import SafeCsv
 
-ResultPage = Callable[[Session, Job, Cursor, int], list[tuple[Cursor, dict[str, Any]]]]
-Renderer = Callable[[Iterator[dict[str, Any]]], Iterator[str]]
+# A page of records with their cursors: a kind's result lines (contracts), or the unsuccessful items
+# export's plain dicts (jobs.queries.unsuccessful_items_page).
+AnyPage = ResultPage | Any
 
 CHUNK_ITEMS = 1_000
-END_KEY = "_end"
-
-# Per kind: one dict per submitted row, a chunk at a time. Kinds without an entry have no results export.
-RESULT_ITERATORS: dict[str, ResultPage] = {
-    "claims": claim_results_page,
-    "answer": question_results_page,  # one line per question with its report
-    "quote": question_results_page,
-}
-
-CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error")
 
 
 @dataclass
@@ -75,12 +69,12 @@ class Progress:
 def read_chunks(
     sessions: sessionmaker[Session],
     job_id: uuid.UUID,
-    pages: ResultPage,
+    pages: AnyPage,
     progress: Progress,
     *,
     start: Cursor = START,
     chunk_items: int = CHUNK_ITEMS,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Contract | dict[str, Any]]:
     """Every record after `start`, read `chunk_items` at a time, each chunk in a session closed before
     its records are yielded (so none is open while the client reads them)."""
     cursor = start
@@ -89,13 +83,17 @@ def read_chunks(
             job = session.get(Job, job_id)
             if job is None:  # deleted since the view's check (or between chunks)
                 return
-            page = pages(session, job, cursor, chunk_items)
+            page: Sequence[tuple[Cursor, Contract | dict[str, Any]]] = pages(
+                session, job, cursor, chunk_items
+            )
         if not page:
             return
         for record_cursor, record in page:
             cursor = record_cursor
             progress.count += 1
-            custom_id = record.get("custom_id")
+            custom_id = (
+                record.get("custom_id") if isinstance(record, dict) else getattr(record, "custom_id", None)
+            )
             progress.last_id = custom_id if isinstance(custom_id, str) else None
             yield record
 
@@ -104,39 +102,45 @@ def _json_line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def ndjson_lines(records: Iterator[dict[str, Any]]) -> Iterator[str]:
-    """One compact JSON document per line (the trailer is added by `stream_job`)."""
+def ndjson_lines(records: Iterator[Contract | dict[str, Any]]) -> Iterator[str]:
+    """One compact JSON document per line: a result line's contract, or a plain dict (the trailer is added
+    by `stream_job`)."""
     for record in records:
-        yield _json_line(record)
+        if isinstance(record, Contract):
+            # pydantic's serializer: compact and UTF-8 unescaped, the bytes json.dumps gave, and cheaper
+            yield record.model_dump_json() + "\n"
+        else:
+            yield _json_line(record)
 
 
 def ndjson_trailer(progress: Progress) -> str:
-    """The last line of an NDJSON export: it is complete, and this is what it held."""
-    return _json_line(
-        {END_KEY: {"count": progress.count, "after": progress.after, "last_id": progress.last_id}}
+    """The last line of an NDJSON export (its contract: `ExportEnd`): it is complete, and this is what it
+    held."""
+    end = ExportEnd.model_validate(
+        {"_end": {"count": progress.count, "after": progress.after, "last_id": progress.last_id}}
     )
+    return end.model_dump_json(by_alias=True) + "\n"
 
 
-def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
+def claims_csv(records: Iterator[ClaimResult]) -> Iterator[str]:
     """One CSV row per claim per mode, header first, `#end` row last (`claims` results only); cells are
     formula-safe."""
     out = CsvTally(SafeCsv())
     out.header(CSV_COLUMNS)
     yield out.take()
     for record in records:
-        label = record.get("label")
-        for mode, res in record.get("results", {}).items():
-            p = res.get("p")
+        label = record.label
+        for mode, res in record.results.items():
             out.row(
                 (
-                    record.get("custom_id", ""),
+                    record.custom_id,
                     mode,
-                    res.get("status", ""),
-                    "" if p is None else repr(float(p)),
-                    res.get("verdict") or "",
+                    res.status,
+                    "" if res.p is None else repr(float(res.p)),
+                    res.verdict or "",
                     "" if label is None else str(bool(label)).lower(),
-                    res.get("request_id") or "",
-                    res.get("error") or "",
+                    res.request_id or "",
+                    res.error or "",
                 )
             )
         yield out.take()
@@ -146,7 +150,7 @@ def claims_csv(records: Iterator[dict[str, Any]]) -> Iterator[str]:
 def stream_job(
     sessions: sessionmaker[Session],
     job_id: uuid.UUID,
-    pages: ResultPage,
+    pages: AnyPage,
     render: Renderer,
     *,
     start: Cursor = START,
@@ -158,11 +162,3 @@ def stream_job(
     yield from render(read_chunks(sessions, job_id, pages, progress, start=start))
     if render is ndjson_lines:
         yield ndjson_trailer(progress)
-
-
-# CSV per kind (NDJSON exists for every kind in RESULT_ITERATORS).
-CSV_RENDERERS: dict[str, Renderer] = {
-    "claims": claims_csv,
-    "answer": answers_csv,
-    "quote": quotes_csv,
-}

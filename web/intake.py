@@ -8,11 +8,12 @@ Three body formats carry the same submission:
 - CSV (`text/csv`): a header line, then one row per record (checks/csv_rows.py); like NDJSON otherwise.
 
 `submit_stream` is the one entry point for every body format (the API and the upload page use it).
-NDJSON and CSV bodies are streamed: the job row is inserted first, in the request's transaction, and each
-row goes into a Postgres COPY as soon as it is validated (jobs/bulk_load.py), so a 1,000,000-row body is
-never held whole, as bytes or as rows. A bad row anywhere rolls everything back: nothing is stored. The
-cheap checks (kind, options, metadata) run before the first line is read, so a typo in a query parameter
-fails at once instead of after an 80 MB upload.
+Each job kind's recipe (checks/kinds/) is its intake (`RecipeIntake`, in `KINDS`). NDJSON and CSV bodies
+of a kind with a streamed loader (`jobs.kinds.JobKind.load`) are streamed: the job row is inserted first,
+in the request's transaction, and each row goes into a Postgres COPY as soon as it is validated
+(jobs/bulk_load.py), so a 1,000,000-row body is never held whole, as bytes or as rows. A bad row anywhere
+rolls everything back: nothing is stored. The cheap checks (kind, options, metadata) run before the first
+line is read, so a typo in a query parameter fails at once instead of after an 80 MB upload.
 """
 
 from __future__ import annotations
@@ -27,15 +28,13 @@ from typing import Any, Literal, Protocol
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
-from checks import questions as question_rules
 from checks.csv_rows import CsvError, csv_records
 from checks.ndjson import RowLine
-from checks.options import OptionsError, parse_claims_options, parse_questions_options
+from checks.options import OptionsError
+from checks.recipes import RowLimits, kind_names, recipe_for
 from config import Settings
-from jobs import bulk_load
-from jobs.claims import claim_units, outside_query_warning
-from jobs.flows import QUESTION, QUESTION_ENDPOINTS, question_units
 from jobs.intake import UnitSpec, create_job, find_idempotent, finish_streamed_job, insert_job
+from jobs.kinds import job_kind
 from jobs.quotas import check_items, check_submission
 from models import Job, Tenant, utcnow
 from web.body import Readable, drain, iter_body_lines, read_json_body
@@ -47,8 +46,6 @@ MAX_IDEMPOTENCY_KEY_CHARS = 200  # the column's width
 JSON_BODY_FIELDS = ("kind", "options", "items", "metadata")
 # Query parameters of an NDJSON submission that are not job options.
 NDJSON_META_PARAMS = ("kind", "metadata")
-# Kinds the data model knows but intake does not take yet.
-PLANNED_KINDS: tuple[str, ...] = ()
 _FIRST_ON_ITEM = re.compile(r"first on item (\d+)")
 
 
@@ -68,6 +65,11 @@ class KindIntake(Protocol):
 
     def parse_options(self, raw: Mapping[str, Any]) -> Any:
         """Validated options (any object); called before the body is read."""
+        ...
+
+    @property
+    def streams(self) -> bool:
+        """Whether `load` may be called (else NDJSON and CSV bodies are validated in memory)."""
         ...
 
     def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows: ...
@@ -148,130 +150,34 @@ def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> E
     return invalid(message, field=field, line=first.get("line"), index=first.get("index"), errors=entries)
 
 
-# --- the claims kind -----------------------------------------------------------------------------------
+# --- every kind, from its recipe ------------------------------------------------------------------------
 
 
-class ClaimsIntake:
-    """`claims`: a row per claim (docs/spec.md §2), checked by checks.claims, an item per claim and mode."""
-
-    def parse_options(self, raw: Mapping[str, Any]) -> Any:
-        return parse_claims_options(raw)
-
-    def _units(self, options: Any, rows: list[claim_rules.ClaimRow]) -> PreparedRows:
-        units, warnings = claim_units(rows, options)
-        return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
-
-    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
-        try:
-            rows = claim_rules.parse_ndjson_lines(
-                lines, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
-            )
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=False) from None
-        return self._units(options, rows)
-
-    def load(
-        self,
-        session: Session,
-        job: Job,
-        *,
-        options: Any,
-        lines: Iterable[RowLine],
-        settings: Settings,
-        quota: Callable[[int], None],
-    ) -> LoadedRows:
-        modes = options.modes
-        with bulk_load.StagedRows(session) as staged:
-            stager = _ClaimStager(staged, len(modes), "grounded" in modes, quota)
-            try:
-                claim_rules.stream_rows(
-                    lines,
-                    stager,
-                    max_rows=settings.max_rows_per_job,
-                    max_claim_bytes=settings.max_claim_bytes,
-                )
-            except claim_rules.ClaimsValidationError as exc:
-                raise rows_error(exc, json_items=False) from None
-        items = bulk_load.insert_claim_items(session, job.id, model=options.model, modes=modes)
-        bulk_load.link_repeats(session, job.id)
-        warnings = [outside_query_warning(stager.outside, stager.outside_ids)] if stager.outside else []
-        return LoadedRows(items=items, warnings=warnings)
-
-    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
-        try:
-            rows = claim_rules.validate_rows(
-                items, max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes
-            )
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=True) from None
-        return self._units(options, rows)
-
-
-class _ClaimStager:
-    """Takes each valid claim row from the checker into the COPY, as `claim_units` would make its items
-    (whether the claim fits its grounding query is decided here, once per row), counting items for the
-    quota as it goes."""
-
-    def __init__(
-        self, staged: bulk_load.StagedRows, modes: int, grounded: bool, quota: Callable[[int], None]
-    ) -> None:
-        self._staged = staged
-        self._modes = modes
-        self._grounded = grounded
-        self._quota = quota
-        self.items = 0
-        self.outside = 0
-        self.outside_ids: list[str] = []
-
-    def append(self, row: claim_rules.ClaimRow, /) -> None:
-        in_query = True
-        if self._grounded and claim_rules.claim_outside_query(row.claim):
-            in_query = False
-            self.outside += 1
-            if len(self.outside_ids) < 10:
-                self.outside_ids.append(row.id)
-        self.items += self._modes
-        self._quota(self.items)
-        self._staged.add(
-            row.id, row.claim, label=row.label, kind=row.kind, source=row.source, in_query=in_query
-        )
-
-
-class _QuestionStager:
-    """Takes each valid question row into the COPY, counting items for the quota."""
-
-    def __init__(self, staged: bulk_load.StagedRows, quota: Callable[[int], None]) -> None:
-        self._staged = staged
-        self._quota = quota
-        self.items = 0
-
-    def append(self, row: question_rules.QuestionRow, /) -> None:
-        self.items += 1
-        self._quota(self.items)
-        self._staged.add(row.id, row.question)
-
-
-# --- the answer and quote kinds -------------------------------------------------------------------------
-
-
-class QuestionsIntake:
-    """`answer` and `quote`: one row per question (docs/spec.md §3, §4), one `question` item each."""
+class RecipeIntake:
+    """A kind's intake: its recipe (checks/kinds/) validates options and rows, its jobs/ part makes the
+    items. Row errors keep the recipe's line / item and field messages (see `rows_error`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
     def parse_options(self, raw: Mapping[str, Any]) -> Any:
-        return parse_questions_options(raw)
+        return recipe_for(self.kind).parse_options(raw)
 
-    def _units(self, options: Any, rows: list[question_rules.QuestionRow]) -> PreparedRows:
-        return PreparedRows(options=options.as_dict(), units=question_units(rows, self.kind), warnings=[])
+    def _units(self, options: Any, rows: Sequence[Any]) -> PreparedRows:
+        units, warnings = job_kind(self.kind).units(rows, options)
+        return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
 
     def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
         try:
-            rows = question_rules.parse_question_lines(lines, max_rows=settings.max_rows_per_job)
-        except question_rules.QuestionsValidationError as exc:
+            rows = recipe_for(self.kind).rows_from_lines(lines, _limits(settings))
+        except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=False) from None
         return self._units(options, rows)
+
+    @property
+    def streams(self) -> bool:
+        """Whether NDJSON and CSV bodies of this kind are loaded as they stream (its jobs/ part's loader)."""
+        return job_kind(self.kind).load is not None
 
     def load(
         self,
@@ -283,42 +189,53 @@ class QuestionsIntake:
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
-        with bulk_load.StagedRows(session) as staged:
-            stager = _QuestionStager(staged, quota)
-            try:
-                question_rules.stream_question_rows(lines, stager, max_rows=settings.max_rows_per_job)
-            except question_rules.QuestionsValidationError as exc:
-                raise rows_error(exc, json_items=False) from None
-        items = bulk_load.insert_question_items(
-            session, job.id, kind=self.kind, stage=QUESTION, endpoint=QUESTION_ENDPOINTS[self.kind]
-        )
-        return LoadedRows(items=items, warnings=[])
+        loader = job_kind(self.kind).load
+        if loader is None:
+            raise TypeError(f"kind {self.kind!r} has no streamed loader (check `streams` first)")
+        try:
+            items, warnings = loader(session, job, options, lines, limits=_limits(settings), quota=quota)
+        except claim_rules.ClaimsValidationError as exc:
+            raise rows_error(exc, json_items=False) from None
+        return LoadedRows(items=items, warnings=warnings)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
         try:
-            rows = question_rules.validate_question_rows(items, max_rows=settings.max_rows_per_job)
-        except question_rules.QuestionsValidationError as exc:
+            rows = recipe_for(self.kind).rows_from_items(items, _limits(settings))
+        except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=True) from None
         return self._units(options, rows)
 
 
-KINDS: dict[str, KindIntake] = {
-    "claims": ClaimsIntake(),
-    "answer": QuestionsIntake("answer"),
-    "quote": QuestionsIntake("quote"),
-}
+def _limits(settings: Settings) -> RowLimits:
+    return RowLimits(max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes)
+
+
+class _Intakes(Mapping[str, KindIntake]):
+    """Every registered kind's intake, by name, in the recipes' order."""
+
+    def __getitem__(self, kind: str) -> KindIntake:
+        if kind not in kind_names():
+            raise KeyError(kind)
+        return RecipeIntake(kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(kind_names())
+
+    def __len__(self) -> int:
+        return len(kind_names())
+
+
+KINDS: Mapping[str, KindIntake] = _Intakes()
 
 
 def intake_for(kind: object, *, field: str = "kind") -> tuple[str, KindIntake]:
-    """The intake of a kind, or 400: missing, planned but not yet accepted, or unknown."""
+    """The intake of a kind, or 400: missing or unknown."""
     if kind is None or kind == "":
         raise invalid(f"kind is required (one of: {', '.join(KINDS)})", field=field)
     if not isinstance(kind, str):
         raise invalid(f"kind must be a string, got {type(kind).__name__}", field=field)
     if kind in KINDS:
         return kind, KINDS[kind]
-    if kind in PLANNED_KINDS:
-        raise invalid(f"kind {kind} is not supported yet (supported: {', '.join(KINDS)})", field=field)
     raise invalid(f"unknown kind {kind[:50]!r} (supported: {', '.join(KINDS)})", field=field)
 
 
@@ -498,7 +415,11 @@ def submit_stream(
         return Submission(existing, False, fingerprint.hexdigest())
     check_submission(session, tenant, utcnow())  # before reading a large body
     args = dict(params)
-    if body_format == "json" or session.get_bind().dialect.name != "postgresql":
+    if (
+        body_format == "json"
+        or session.get_bind().dialect.name != "postgresql"
+        or not _streamed_kind(args.get("kind"))
+    ):
         prepared = _prepare_whole(body_format, args, body, declared_length, settings)
         check_items(tenant, len(prepared.units))
         drain(body, limit, body.bytes_read)  # whatever validation did not need still counts
@@ -549,6 +470,12 @@ def submit_stream(
         submission_sha256=fingerprint.hexdigest(),
     )
     return Submission(job, True, fingerprint.hexdigest())
+
+
+def _streamed_kind(kind: str | None) -> bool:
+    """A known kind whose rows its jobs/ part loads as they stream (an unknown one is refused, 400, on the
+    in-memory path like any other)."""
+    return kind is not None and kind in KINDS and KINDS[kind].streams
 
 
 def _row_lines(body_format: BodyFormat, kind: str, body: Readable, limit: int) -> Iterator[RowLine]:

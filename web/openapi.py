@@ -9,29 +9,19 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ERRORS_KEPT, MAX_ID_CHARS, SUPPORTED_MIN
-from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
-from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
-from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
+from checks.claims import CONTRADICTED_MAX, MAX_ERRORS_KEPT, SUPPORTED_MIN
+from checks.contracts import ExportEnd, schema_of
+from checks.options import CLAIMS_MODES
+from checks.pricing import KNOWN_MODELS
+from checks.recipes import kind_names, recipe_for
 from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
-from models import JOB_KINDS, JOB_STATUSES
+from models import JOB_STATUSES
 from web.errors import ERROR_TYPES
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
 
 NDJSON = "application/x-ndjson"
-
-WEBHOOK_URL_OPTION: dict[str, Any] = {
-    "type": ["string", "null"],
-    "format": "uri",
-    "maxLength": MAX_WEBHOOK_URL_CHARS,
-    "description": "An http(s) URL (no user name or password in it) that receives the job object, signed "
-    "(Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`), when the job completes, "
-    "fails or is cancelled; retried with backoff for up to 24 hours, with the same `webhook-id`. Without it "
-    "the tenant's default URL is used, if it has one. Private, loopback and link-local addresses are "
-    "refused when sending. Only present in the stored options when given.",
-}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -164,119 +154,12 @@ SCHEMAS: dict[str, Any] = {
             "message": {"type": "string"},
         },
     },
-    "ClaimRow": {
-        "type": "object",
-        "description": "One claim. Unknown fields are rejected (allowed: " + ", ".join(ALLOWED_FIELDS) + ").",
-        "required": ["id", "claim"],
-        "additionalProperties": False,
-        "properties": {
-            "id": {
-                "type": "string",
-                "maxLength": MAX_ID_CHARS,
-                "description": "Unique in the batch; comes back as `custom_id`.",
-            },
-            "claim": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The claim (at most FACTGATE_MAX_CLAIM_BYTES bytes of UTF-8, default 4096).",
-            },
-            "label": {
-                "type": ["boolean", "null"],
-                "description": "Known truth; labelled claims are scored in the scorecard.",
-            },
-            "kind": {"type": ["string", "null"], "description": "Free-form group, e.g. stable/recent."},
-            "source": {"type": ["string", "null"], "description": "Where the label was checked."},
-        },
-    },
-    "ClaimsOptions": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": "Options of a `claims` job. Unknown options are rejected. Cutoffs are applied by "
-        "factgate and never sent to the model.",
-        "properties": {
-            "model": {"type": "string", "enum": sorted(KNOWN_MODELS), "default": DEFAULT_MODEL},
-            "mode": {
-                "type": "string",
-                "enum": list(CLAIMS_MODES),
-                "default": "grounded",
-                "description": "`both` sends every claim twice and reports verdict flips.",
-            },
-            "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
-            "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
-            "priority": {
-                "type": "string",
-                "enum": ["interactive", "batch"],
-                "default": "batch",
-                "description": "`interactive` work goes first within the tenant's share of the upstream "
-                "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
-                "submit as interactive.",
-            },
-            "budget_usd": {
-                "type": ["number", "null"],
-                "exclusiveMinimum": 0,
-                "description": "Stop sending once this much has been spent; remaining items are skipped.",
-            },
-            "webhook_url": WEBHOOK_URL_OPTION,
-        },
-    },
-    "QuestionRow": {
-        "type": "object",
-        "description": "One question of an `answer` or `quote` job.",
-        "required": ["id", "question"],
-        "additionalProperties": False,
-        "properties": {
-            "id": {
-                "type": "string",
-                "maxLength": MAX_QUESTION_ID_CHARS,
-                "description": "Unique in the batch; comes back as `custom_id`.",
-            },
-            "question": {
-                "type": "string",
-                "minLength": 1,
-                "description": f"The question (at most {MAX_QUESTION_BYTES} bytes of UTF-8).",
-            },
-        },
-    },
-    "QuestionsOptions": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": "Options of an `answer` or `quote` job. The cutoffs of both checks are fixed "
-        "(docs/spec.md §3-§4) and are not options.",
-        "properties": {
-            "model": {
-                "type": "string",
-                "enum": sorted(KNOWN_MODELS),
-                "default": CUTOFFS_MODEL,
-                "description": "The Decisions model that scores sentences / ranks results. The default is "
-                f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
-                "every report notes that the cutoffs were not measured on the model the job used.",
-            },
-            "priority": {
-                "type": "string",
-                "enum": ["interactive", "batch"],
-                "default": "batch",
-                "description": "`interactive` work goes first within the tenant's share of the upstream "
-                "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
-                "submit as interactive.",
-            },
-            "budget_usd": {
-                "type": ["number", "null"],
-                "exclusiveMinimum": 0,
-                "description": "Stop sending once this much has been spent; remaining items are skipped.",
-            },
-            "webhook_url": WEBHOOK_URL_OPTION,
-        },
-    },
     "JobSubmission": {
         "description": "A JSON submission: the rows' shape follows `kind` (`ClaimRow` for claims, "
         "`QuestionRow` for answer and quote). The rules a schema cannot state are checked too and name the "
         "item and field: ids unique in the batch and printable (no control or formatting characters), a "
         "claim not blank and within FACTGATE_MAX_CLAIM_BYTES, at most FACTGATE_MAX_ROWS_PER_JOB rows.",
-        "oneOf": [
-            _submission("claims", "ClaimsOptions", "ClaimRow"),
-            _submission("answer", "QuestionsOptions", "QuestionRow"),
-            _submission("quote", "QuestionsOptions", "QuestionRow"),
-        ],
+        "oneOf": [],  # one variant per recipe (openapi_document)
     },
     "Metadata": {
         "type": "object",
@@ -310,7 +193,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string", "format": "uuid"},
             "object": {"const": "job"},
-            "kind": {"type": "string", "enum": list(JOB_KINDS)},
+            "kind": {"type": "string", "enum": []},
             "status": {"type": "string", "enum": list(JOB_STATUSES)},
             "options": {"type": "object", "description": "The validated options, defaults filled in."},
             "metadata": _ref("Metadata"),
@@ -383,101 +266,6 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Job")}},
     },
-    "ClaimResult": {
-        "type": "object",
-        "description": "One NDJSON line of GET /v1/jobs/{job_id}/results for a claims job.",
-        "properties": {
-            "custom_id": {"type": "string"},
-            "claim": {"type": "string"},
-            "label": {"type": ["boolean", "null"]},
-            "results": {
-                "type": "object",
-                "description": "Per mode (`ungrounded`, `grounded`).",
-                "additionalProperties": {
-                    "type": "object",
-                    "properties": {
-                        "status": {
-                            "type": "string",
-                            "enum": ["pending", "running", "done", "failed", "skipped"],
-                        },
-                        "p": {"type": ["number", "null"]},
-                        "verdict": {
-                            "type": ["string", "null"],
-                            "enum": ["supported", "contradicted", "review", None],
-                        },
-                        "request_id": {"type": ["string", "null"]},
-                        "request_ids": {"type": "array", "items": {"type": "string"}},
-                        "attempts": {"type": ["integer", "null"]},
-                        "input_tokens": {"type": ["integer", "null"]},
-                        "in_query": {"type": ["boolean", "null"]},
-                        "sources": {"type": "array", "items": {"type": "object"}},
-                        "error": {"type": ["string", "null"]},
-                    },
-                },
-            },
-        },
-    },
-    "QuestionResult": {
-        "type": "object",
-        "description": "One NDJSON line of GET /v1/jobs/{job_id}/results for an answer or quote job: one "
-        "question with its report (null until the question is finished).",
-        "properties": {
-            "custom_id": {"type": "string"},
-            "question": {"type": "string"},
-            "status": {
-                "type": "string",
-                "enum": ["pending", "running", "done", "failed", "skipped"],
-                "description": "The question item's status (its first upstream call).",
-            },
-            "outcome": {
-                "type": ["string", "null"],
-                "description": "The report's status. answer: done, failed, skipped, incomplete; quote: "
-                "quoted, no_answer, failed, skipped, incomplete.",
-            },
-            "final_answer": {
-                "type": ["string", "null"],
-                "description": "answer only: the answer after review, citations renumbered by URL.",
-            },
-            "quote": {
-                "type": ["object", "null"],
-                "description": "quote only: the quoted sentence and source.",
-            },
-            "closest": {
-                "type": ["object", "null"],
-                "description": "quote only: the closest candidate when no result answers.",
-            },
-            "request_ids": {"description": "Every upstream request id of the question."},
-            "report": {
-                "type": ["object", "null"],
-                "description": "The full report: every scored sentence with its passages and probabilities "
-                "(answer), every result, rank and compare probability and the run record (quote).",
-            },
-        },
-    },
-    "ExportEnd": {
-        "type": "object",
-        "description": "The last line of every NDJSON export (results and errors): the stream is complete. "
-        "A stream that ends without it was cut short; resume the results with `?after=<last_id you have>`.",
-        "required": ["_end"],
-        "additionalProperties": False,
-        "properties": {
-            "_end": {
-                "type": "object",
-                "required": ["count", "after", "last_id"],
-                "properties": {
-                    "count": {"type": "integer", "minimum": 0, "description": "Lines above this one."},
-                    "after": {
-                        "type": ["string", "null"],
-                        "description": "The `after` this response resumed from, or null.",
-                    },
-                    "last_id": {
-                        "type": ["string", "null"],
-                        "description": "The `custom_id` of the line above this one, or null.",
-                    },
-                },
-            }
-        },
-    },
     "ItemError": {
         "type": "object",
         "description": "One NDJSON line of GET /v1/jobs/{job_id}/errors.",
@@ -490,24 +278,6 @@ SCHEMAS: dict[str, Any] = {
             "error": {"type": ["string", "null"]},
             "attempts": {"type": "integer", "description": "Times a worker picked the item up."},
             "request_ids": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-    "Scorecard": {
-        "type": "object",
-        "description": "Claims scorecards replayed from stored probabilities (no upstream request).",
-        "properties": {
-            "job_id": {"type": "string", "format": "uuid"},
-            "status": {"type": "string", "enum": list(JOB_STATUSES)},
-            "partial": {"type": "boolean", "description": "True until the job is completed."},
-            "kind": {"const": "claims"},
-            "cutoffs": {
-                "type": "object",
-                "properties": {"supported_min": {"type": "number"}, "contradicted_max": {"type": "number"}},
-            },
-            "modes": {"type": "array", "items": {"type": "string"}},
-            "scorecards": {"type": "object", "additionalProperties": {"type": "object"}},
-            "flips": {"type": "array", "items": {"type": "object"}},
-            "outside_query": {"type": "integer"},
         },
     },
     "UsageFigures": {
@@ -644,7 +414,7 @@ NDJSON_QUERY_PARAMS = [
         "name": "kind",
         "in": "query",
         "description": "Job kind (NDJSON bodies only; JSON bodies carry it in the body).",
-        "schema": {"type": "string", "enum": list(JOB_KINDS)},
+        "schema": {"type": "string", "enum": []},
     },
     {
         "name": "mode",
@@ -734,13 +504,18 @@ PATHS: dict[str, Any] = {
                 "content": {
                     "application/json": {"schema": _ref("JobSubmission")},
                     NDJSON: {
-                        "schema": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
-                        "description": "One row per line.",
+                        # One row per line (a media type object has no description of its own).
+                        "schema": {
+                            "oneOf": [],  # every recipe's row schema (openapi_document)
+                            "description": "One row per line.",
+                        },
                     },
                     "text/csv": {
-                        "schema": {"oneOf": [_ref("ClaimRow"), _ref("QuestionRow")]},
-                        "description": "A header line naming the row's fields, then one record per row "
-                        "(`label` as true/false; an empty cell is an absent optional field).",
+                        "schema": {
+                            "oneOf": [],  # every recipe's row schema (openapi_document)
+                            "description": "A header line naming the row's fields, then one record per row "
+                            "(`label` as true/false; an empty cell is an absent optional field).",
+                        },
                     },
                 },
             },
@@ -781,7 +556,7 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
                 },
-                {"name": "kind", "in": "query", "schema": {"type": "string", "enum": list(JOB_KINDS)}},
+                {"name": "kind", "in": "query", "schema": {"type": "string", "enum": []}},
                 {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(JOB_STATUSES)}},
             ],
             "responses": {
@@ -809,9 +584,9 @@ PATHS: dict[str, Any] = {
             "description": (
                 "Streams whatever exists: while the job runs, unfinished claims appear with status "
                 "`pending`/`running` and no verdict (no 409). Read in short keyset chunks (no transaction "
-                "is held while the client reads). NDJSON: one `ClaimResult` per claim; for answer and "
-                "quote jobs one `QuestionResult` per question; the last line is always `ExportEnd` "
-                "(without it the transfer was cut short: resume with `?after=`). "
+                "is held while the client reads). NDJSON: one line per submitted row, the kind's result "
+                "line (`ClaimResult` per claim; `AnswerResult` / `QuoteResult` per question); the last line "
+                "is always `ExportEnd` (without it the transfer was cut short: resume with `?after=`). "
                 "CSV (`?format=csv`, sent as an attachment): one row per claim per mode with columns "
                 "custom_id, mode, status, p, verdict, label, request_id, error (answer and quote: one row "
                 "per question); the last row is `#end,<number of data rows>`. Cells that a spreadsheet "
@@ -837,11 +612,8 @@ PATHS: dict[str, Any] = {
                     "description": "The results.",
                     "headers": JOB_STATUS_HEADER,
                     "content": {
-                        NDJSON: {
-                            "schema": {
-                                "oneOf": [_ref("ClaimResult"), _ref("QuestionResult"), _ref("ExportEnd")]
-                            }
-                        },
+                        # every recipe's result line, then the `ExportEnd` trailer (openapi_document)
+                        NDJSON: {"schema": {"oneOf": []}},
                         "text/csv": {"schema": {"type": "string"}},
                     },
                 },
@@ -850,7 +622,7 @@ PATHS: dict[str, Any] = {
                 ),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
-                "409": _error("This job kind has no results export yet."),
+                "409": _error("The job's kind is not one this version knows (stored by another version)."),
             },
         }
     },
@@ -1060,6 +832,75 @@ DOCUMENT: dict[str, Any] = {
 }
 
 
+def _contracts(schemas: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Add every recipe's row and options schema, and its result line and summary schema (generated from its
+    pydantic contracts), to `schemas`; return the references to the result lines and to the summaries."""
+    lines: list[dict[str, str]] = []
+    summaries: list[dict[str, str]] = []
+    for kind in kind_names():
+        recipe = recipe_for(kind)
+        schemas[recipe.row_schema_name] = dict(recipe.row_schema)
+        schemas[recipe.options_schema_name] = dict(recipe.options_schema)
+        for model, refs in ((recipe.result_line, lines), (recipe.summary, summaries)):
+            schema, defs = schema_of(model)
+            schemas.update(defs)
+            schemas[model.__name__] = schema
+            refs.append(_ref(model.__name__))
+    return lines, summaries
+
+
+def _kind_enums(node: object, kinds: list[str]) -> None:
+    """Fill every `kind` enum (the Job property, the query parameters) with the registered kinds."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if (key == "kind" and isinstance(value, dict) and value.get("enum") == []) or (
+                key == "schema" and node.get("name") == "kind" and value.get("enum") == []
+            ):
+                value["enum"] = kinds
+            else:
+                _kind_enums(value, kinds)
+    elif isinstance(node, list):
+        for value in node:
+            _kind_enums(value, kinds)
+
+
 def openapi_document() -> dict[str, Any]:
-    """A copy of the document (callers may annotate theirs)."""
-    return copy.deepcopy(DOCUMENT)
+    """A copy of the document (callers may annotate theirs), completed from the registered recipes: the
+    kind enums, and the result line, summary and scorecard schemas generated from their contracts."""
+    doc = copy.deepcopy(DOCUMENT)
+    schemas = doc["components"]["schemas"]
+    lines, summaries = _contracts(schemas)
+    _kind_enums(doc, list(kind_names()))
+    results = doc["paths"]["/v1/jobs/{job_id}/results"]["get"]["responses"]["200"]["content"][NDJSON]
+    schema, defs = schema_of(ExportEnd)
+    schemas.update(defs)
+    schemas["ExportEnd"] = schema
+    results["schema"] = {"oneOf": [*lines, _ref("ExportEnd")]}
+    kinds = [recipe_for(k) for k in kind_names()]
+    schemas["JobSubmission"]["oneOf"] = [
+        _submission(r.name, r.options_schema_name, r.row_schema_name) for r in kinds
+    ]
+    rows = list(dict.fromkeys(r.row_schema_name for r in kinds))
+    for media in (NDJSON, "text/csv"):
+        create = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"][media]["schema"]
+        create["oneOf"] = [_ref(name) for name in rows]
+    schemas["Job"]["properties"]["summary"] = {
+        "anyOf": [{"type": "null"}, *summaries],
+        "description": "Report totals, written when the job ends: the kind's summary.",
+    }
+    schemas["Scorecard"] = {
+        "description": "Claims scorecards replayed from stored probabilities (no upstream request).",
+        "allOf": [
+            _ref("ClaimsSummary"),
+            {
+                "type": "object",
+                "required": ["job_id", "status", "partial"],
+                "properties": {
+                    "job_id": {"type": "string", "format": "uuid"},
+                    "status": {"type": "string", "enum": list(JOB_STATUSES)},
+                    "partial": {"type": "boolean", "description": "True until the job is completed."},
+                },
+            },
+        ],
+    }
+    return doc

@@ -34,11 +34,12 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers.response import Response as BaseResponse
 
+from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
 from jobs.sessions import LiveSession, live_token
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
-from models import JOB_KINDS, JOB_STATUSES, Job
+from models import JOB_STATUSES, Job
 from web import page_session
 from web.auth import current_tenant
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
@@ -173,7 +174,7 @@ def index() -> BaseResponse:
 def jobs() -> str:
     kind = request.args.get("kind") or None
     status = request.args.get("status") or None
-    kind = kind if kind in JOB_KINDS else None
+    kind = kind if kind in kind_names() else None
     status = status if status in JOB_STATUSES else None
     sess = db_session()
     rows = job_views(
@@ -181,7 +182,7 @@ def jobs() -> str:
         list_jobs(sess, current_tenant().id, limit=LIST_LIMIT, kind=kind, status=status, with_summary=False),
     )
     return render_template(
-        "jobs.html", jobs=rows, kind=kind, status=status, kinds=JOB_KINDS, statuses=JOB_STATUSES
+        "jobs.html", jobs=rows, kind=kind, status=status, kinds=kind_names(), statuses=JOB_STATUSES
     )
 
 
@@ -293,7 +294,7 @@ def results_ndjson(job_id: str) -> Response:
     job = _job_or_404(job_id)
     iterator = RESULT_ITERATORS.get(job.kind)
     if iterator is None:
-        abort(404, description=f"Results of {job.kind} jobs cannot be downloaded yet.")
+        abort(404, description=f"{job.kind} is not a job kind this version knows.")
     body = stream_job(resources().sessions, job.id, iterator, ndjson_lines)
     return _download(job, body, NDJSON_MIMETYPE, f"factgate-{job.id}-results.ndjson")
 
@@ -304,7 +305,7 @@ def results_csv(job_id: str) -> Response:
     iterator = RESULT_ITERATORS.get(job.kind)
     render = CSV_RENDERERS.get(job.kind)
     if iterator is None or render is None:
-        abort(404, description=f"Results of {job.kind} jobs have no CSV download.")
+        abort(404, description=f"{job.kind} is not a job kind this version knows.")
     body = stream_job(resources().sessions, job.id, iterator, render)
     return _download(job, body, "text/csv", f"factgate-{job.id}-results.csv")
 

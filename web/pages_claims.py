@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from markupsafe import Markup
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
+from checks.kinds.claims import ClaimResult, ClaimsSummary, FlipEntry, ScorecardFigures
 from checks.options import OptionsError, check_cutoffs
 from jobs.claims import claims_summary, iter_claim_results
 from jobs.claims_report import ModeCounts, claim_page, flips_at, matching_claims, score_counts
@@ -88,7 +90,7 @@ class Bound:
 class ScorecardView:
     mode: str
     title: str
-    card: dict[str, Any]
+    card: ScorecardFigures
     bounds: list[Bound]
     acceptance: bool | None
 
@@ -118,7 +120,7 @@ class ClaimsReport:
     modes: list[str]
     explorer: Explorer
     scorecards: list[ScorecardView]
-    flips: list[dict[str, Any]]
+    flips: list[FlipEntry]
     outside_query: int
     calibration: list[tuple[str, list[ReliabilityBin]]]
     calibration_svg: Markup | None  # our own SVG, its text already escaped by web.charts
@@ -171,21 +173,20 @@ def explorer_from_args(job: Job, args: Mapping[str, str]) -> Explorer:
     return exp
 
 
-def _row_view(record: dict[str, Any], modes: list[str], smin: float, cmax: float) -> ClaimRowView:
-    label = record.get("label")
+def _row_view(record: ClaimResult, modes: list[str], smin: float, cmax: float) -> ClaimRowView:
+    label = record.label
     cells: list[ModeCell] = []
     sources: list[dict[str, Any]] = []
     seen_urls: set[str] = set()
     outside = False
-    results: dict[str, Any] = record.get("results") or {}
     for mode in modes:
-        res = results.get(mode)
+        res = record.results.get(mode)
         if res is None:
             continue
-        p = res.get("p")
-        status = str(res.get("status") or "pending")
+        p = res.p
+        status = str(res.status)
         verdict: str | None = None
-        if status == "done" and isinstance(p, int | float) and not isinstance(p, bool):
+        if status == "done" and p is not None:
             verdict = claim_rules.verdict(float(p), smin, cmax)
         grade: str | None = None
         if verdict is not None and label is not None:
@@ -197,16 +198,16 @@ def _row_view(record: dict[str, Any], modes: list[str], smin: float, cmax: float
             ModeCell(
                 mode=mode,
                 status=status,
-                p=float(p) if verdict is not None else None,
+                p=p if verdict is not None else None,
                 verdict=verdict,
                 grade=grade,
-                request_id=res.get("request_id"),
-                error=res.get("error"),
+                request_id=res.request_id,
+                error=res.error,
             )
         )
-        if mode == "grounded" and res.get("in_query") is False:
+        if mode == "grounded" and res.in_query is False:
             outside = True
-        for src in res.get("sources") or []:
+        for src in res.sources:
             if not isinstance(src, dict):
                 continue
             key = str(src.get("url") or "")
@@ -217,8 +218,8 @@ def _row_view(record: dict[str, Any], modes: list[str], smin: float, cmax: float
     verdicts = [c.verdict for c in cells if c.verdict is not None]
     flip = len(cells) == 2 and len(verdicts) == 2 and verdicts[0] != verdicts[1]
     return ClaimRowView(
-        custom_id=str(record.get("custom_id")),
-        claim=str(record.get("claim") or ""),
+        custom_id=record.custom_id,
+        claim=record.claim or "",
         label=None if label is None else bool(label),
         cells=cells,
         flip=flip,
@@ -227,48 +228,44 @@ def _row_view(record: dict[str, Any], modes: list[str], smin: float, cmax: float
     )
 
 
-def _bounds(card: dict[str, Any]) -> list[Bound]:
-    if card.get("labelled", 0) == 0 or card.get("missed_failures") is None:
+def _bounds(card: ScorecardFigures) -> list[Bound]:
+    if card.labelled == 0 or card.missed_failures is None:
         return []
-    labelled = int(card["labelled"])
-    bounds = card.get("bounds") or {}
-    fc_max = float(bounds.get("max_false_contradiction_rate", claim_rules.MAX_FALSE_CONTRADICTION_RATE))
-    rv_max = float(bounds.get("max_review_rate", claim_rules.MAX_REVIEW_RATE))
-    mf_max = int(bounds.get("max_missed_failures", claim_rules.MAX_MISSED_FAILURES))
-    fc = int(card.get("false_contradictions") or 0)
-    rv = int(card.get("labelled_review") or 0)
+    labelled = card.labelled
+    fc_max = card.bounds.max_false_contradiction_rate
+    rv_max = card.bounds.max_review_rate
+    mf_max = card.bounds.max_missed_failures
+    fc = card.false_contradictions or 0
+    rv = card.labelled_review or 0
     return [
         Bound(
             "Missed failures (false claims marked supported)",
-            f"{int(card['missed_failures'])}",
+            f"{card.missed_failures}",
             f"≤ {mf_max}",
-            card.get("missed_failures_ok"),
+            card.missed_failures_ok,
         ),
         Bound(
             "False contradictions (true claims marked contradicted)",
             f"{fc} of {labelled} ({fc / labelled * 100:.1f} %)",
             f"≤ {fc_max * 100:.0f} % of labelled claims",
-            card.get("false_contradictions_ok"),
+            card.false_contradictions_ok,
         ),
         Bound(
             "Sent to review",
             f"{rv} of {labelled} ({rv / labelled * 100:.1f} %)",
             f"≤ {rv_max * 100:.0f} % of labelled claims",
-            card.get("review_ok"),
+            card.review_ok,
         ),
     ]
 
 
-def _scorecards(summary: dict[str, Any], modes: list[str]) -> list[ScorecardView]:
-    cards: dict[str, Any] = summary.get("scorecards") or {}
+def _scorecards(summary: ClaimsSummary | None, modes: list[str]) -> list[ScorecardView]:
     out: list[ScorecardView] = []
     for mode in modes:
-        card = cards.get(mode)
-        if not isinstance(card, dict):
+        card = summary.scorecards.get(mode) if summary is not None else None
+        if card is None:
             continue
-        out.append(
-            ScorecardView(mode, MODE_NAMES.get(mode, mode), card, _bounds(card), card.get("acceptance"))
-        )
+        out.append(ScorecardView(mode, MODE_NAMES.get(mode, mode), card, _bounds(card), card.acceptance))
     return out
 
 
@@ -354,21 +351,26 @@ def claims_report(
     if explorer.replayed or not stored_cards or not isinstance(stored.get("calibration"), dict):
         counts = score_counts(session, job.id, smin, cmax)
 
-    summary: dict[str, Any] = {}
+    summary: ClaimsSummary | None = None
     summary_error: str | None = None
-    if stored_cards and counts is None:
-        summary = stored
-    elif stored_cards and explorer.replayed and counts is not None:
-        summary = _replayed_summary(session, job, counts, explorer)
-    elif stored_cards:
-        summary = stored
-    else:  # a job whose summary was never stored (finalizing failed): score it the long way, once per view
+    if stored_cards:
+        try:
+            if explorer.replayed and counts is not None:
+                summary = ClaimsSummary.model_validate(_replayed_summary(session, job, counts, explorer))
+            else:
+                summary = ClaimsSummary.model_validate(stored)
+        except ValidationError:
+            summary = None  # stored by an older version, without some figure: score it the long way below
+            stored_cards = False
+            if counts is None:
+                counts = score_counts(session, job.id, smin, cmax)
+    if summary is None:  # a job whose summary was never stored (finalizing failed), or an unreadable one
         try:
             summary = claims_summary(session, job, supported_min=smin, contradicted_max=cmax)
         except (OptionsError, ValueError) as exc:
             summary_error = f"the scorecard could not be computed: {exc}"
-    flips: list[dict[str, Any]] = list(summary.get("flips") or [])
-    flips_total = int(summary.get("flips_total") or len(flips))
+    flips: list[FlipEntry] = list(summary.flips) if summary is not None else []
+    flips_total = (summary.flips_total if summary is not None else None) or len(flips)
 
     show = args.get("show", "all")
     if show not in SHOW_CHOICES:
@@ -395,7 +397,7 @@ def claims_report(
         scorecards=_scorecards(summary, modes),
         flips=flips,
         flips_total=flips_total,
-        outside_query=int(summary.get("outside_query") or 0),
+        outside_query=summary.outside_query if summary is not None else 0,
         calibration=calibration,
         # web.charts escapes every text it draws; the rest is numbers and fixed markup.
         calibration_svg=Markup(svg) if labelled_points else None,  # noqa: S704

@@ -14,15 +14,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from checks.recipes import RECIPES
 from jobs.progress import RequestCounts, job_counts, jobs_counts
-from models import Job, utcnow
+from models import Job, JobStatus, utcnow
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS
 from web.pages_format import duration, usd
 from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage, jobs_usage
 
-LIVE_STATUSES = ("validating", "queued", "in_progress", "finalizing", "cancelling")
-CANCELLABLE = ("validating", "queued", "in_progress")
-KIND_TITLES = {"claims": "Claims", "answer": "Answer check", "quote": "Quote finder"}
+# The page polls a job until it ends (so `validating` counts as live here, unlike the sweeper's set).
+LIVE_STATUSES = frozenset({JobStatus.VALIDATING, *JobStatus.live()})
+CANCELLABLE = JobStatus.cancellable()
+
+
+def kind_title(kind: str) -> str:
+    """The kind's title from its recipe; an unknown kind (a row written by a newer version) shows its name."""
+    recipe = RECIPES.find(kind)
+    return recipe.title if recipe is not None else kind
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ class JobView:
 
 def schedule_text(job: Job) -> str:
     """One line on where a live job stands with the scheduler: why it waits, or its share and ETA."""
-    view = job.schedule if job.status in ("queued", "in_progress") else None
+    view = job.schedule if job.status in JobStatus.running() else None
     if not view:
         return ""
     if view.get("state") == "held":
@@ -117,7 +124,7 @@ def job_view(
     return JobView(
         id=str(job.id),
         kind=job.kind,
-        kind_title=KIND_TITLES.get(job.kind, job.kind),
+        kind_title=kind_title(job.kind),
         status=job.status,
         counts=counts,
         percent=percent_done(counts, ended),

@@ -34,7 +34,8 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN
 from checks.fairness import PRIORITIES
 from checks.ndjson import MAX_ERRORS_KEPT
-from checks.options import CLAIMS_MODES, CLAIMS_OPTION_NAMES, QUESTIONS_OPTION_NAMES
+from checks.options import CLAIMS_MODES
+from checks.recipes import Recipe, recipe_for
 from config import Settings
 from jobs.intake import create_job
 from jobs.quotas import QuotaExceeded, check_items, check_submission
@@ -57,13 +58,14 @@ MIMETYPES = {
     "application/json": "json",
     "text/csv": "csv",
 }
-# The options the form offers (the model keeps each kind's default). Which apply is the kind's to say:
-# an option of another kind's group is ignored, since a browser without script submits every group.
+# The options the form offers (the model keeps each kind's default). Which apply is the kind's recipe's to
+# say (`Recipe.option_names`): an option the kind does not take is not sent, since a browser without script
+# submits every group.
 FORM_OPTIONS = ("mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url")
-KIND_OPTIONS: dict[str, frozenset[str]] = {
-    "claims": CLAIMS_OPTION_NAMES,
-    "answer": QUESTIONS_OPTION_NAMES,
-    "quote": QUESTIONS_OPTION_NAMES,
+# The form's option groups (fieldset id → the options it holds); a group is shown for the kinds taking them.
+OPTION_GROUPS = {
+    "claims-options": ("mode", "supported_min", "contradicted_max"),
+    "common-options": ("priority",),
 }
 MAX_NAME_CHARS = 200
 JSON_FILE_FIELDS = ("items", "metadata")
@@ -252,7 +254,8 @@ def _file_format(upload: FileStorage) -> str:
 def _upload(state: FormState) -> tuple[Upload, str]:
     """The submission and the id of the control its rows came from (`file` or `paste`)."""
     chosen = request.files.get("file")
-    options = {k: v for k, v in state.options.items() if k in KIND_OPTIONS.get(state.kind, frozenset())}
+    taken = recipe_for(state.kind).option_names if state.kind in KINDS else frozenset()
+    options = {k: v for k, v in state.options.items() if k in taken}
     metadata: dict[str, Any] = {"name": state.name} if state.name else {}
     if chosen is not None and chosen.filename:
         state.filename = chosen.filename[:MAX_NAME_CHARS]
@@ -285,12 +288,21 @@ def _form_error(exc: ApiError, source: str) -> FormError:
     return FormError(problems[:MAX_DETAILS], _target(exc, source), more)
 
 
+def _option_groups(recipes: list[Recipe]) -> dict[str, str]:
+    """Each option group's `data-kinds`: the kinds (space-separated) whose recipes take its options."""
+    return {
+        group: " ".join(r.name for r in recipes if set(names) <= r.option_names)
+        for group, names in OPTION_GROUPS.items()
+    }
+
+
 def _render(state: FormState, error: FormError | None, status: int) -> tuple[str, int]:
     return render_template(
         "new_job.html",
         state=state,
         error=error,
-        kinds=tuple(KINDS),
+        kinds=[recipe_for(k) for k in KINDS],
+        groups=_option_groups([recipe_for(k) for k in KINDS]),
         modes=CLAIMS_MODES,
         priorities=PRIORITIES,
         defaults=DEFAULTS,

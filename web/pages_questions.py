@@ -1,4 +1,4 @@
-"""The `answer` and `quote` reports: one stored report per question (jobs.flows), shown a page at a time.
+"""The `answer` and `quote` reports: one stored report per question (jobs.stages), shown a page at a time.
 
 Pages are found by keyset (`after=<position>:<item id>` of the previous page's last question), so a page
 reads only its own questions' reports however deep it is; the page number in the link is for the reader.
@@ -17,12 +17,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from checks.kinds._questions import QuestionsSummary
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.pricing import DEFAULT_MODEL
-from jobs.flows import iter_question_reports
 from jobs.queries import parse_question_cursor, question_page
+from jobs.stages import iter_question_reports
 from models import Job
 
 QUESTIONS_PAGE_SIZE = 20
@@ -61,10 +63,12 @@ class QuestionsReport:
 
 
 def _question_count(job: Job) -> int:
-    summary = job.summary or {}
-    n = summary.get("questions")
-    if isinstance(n, int) and not isinstance(n, bool):
-        return n
+    """From the finalized summary (its contract), else the items intake created."""
+    if job.summary:
+        try:
+            return QuestionsSummary.model_validate(job.summary).questions
+        except ValidationError:
+            pass  # a summary of another shape (a failed finalize wrote none): count the items
     return int(job.total_items or 0)
 
 

@@ -3,7 +3,7 @@ sentence (one Decisions request, labelled), one investigation (another Agent cal
 then one Decisions request per rewrite sentence).
 
 Handlers only call upstream and describe what came back; creating the next stage's items and building
-the report happen in jobs/ (`jobs.flows.advance_question`) from the stored outputs.
+the report happen in jobs/ (`jobs.stages.advance_question`) from the stored outputs.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from checks import answers as gate
 from clients.results import AgentAnswer, Decision, SearchResult
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.flows import Calls, StepError, answers_as_dicts, call_facts, model_of
 from workers.outcomes import Done, Failed, Outcome
+from workers.steps import Calls, StepError, answers_as_dicts, call_facts, model_of
 
 
 def agent_results(answer: AgentAnswer) -> list[dict[str, Any]]:

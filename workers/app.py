@@ -13,6 +13,7 @@ from celery import Celery
 
 from config import Settings
 from workers.api import producer_celery
+from workers.kinds import require_all
 
 
 def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
@@ -26,6 +27,7 @@ def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
     if with_tasks:
         from workers.bootsteps import DispatcherStep  # noqa: PLC0415 - workers only; producers skip it
 
+        require_all()  # a kind without its handlers fails here, not on its first item
         app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
         app.steps["worker"].add(DispatcherStep)
     return app

@@ -8,8 +8,8 @@ from checks import claims as claim_rules
 from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.flows import Calls, StepError, model_of
 from workers.outcomes import Done, Outcome
+from workers.steps import Calls, StepError, model_of
 
 
 def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:

@@ -14,8 +14,8 @@ from checks import quotes
 from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.flows import Calls, StepError, answers_as_dicts, call_facts, model_of
 from workers.outcomes import Done, Failed, Outcome
+from workers.steps import Calls, StepError, answers_as_dicts, call_facts, model_of
 
 
 def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:

@@ -20,9 +20,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from checks.recipes import RECIPES
 from config.logging import bind
 from jobs.finalize import maybe_finalize
-from jobs.flows import Step, advance_question, stalled_questions
 from jobs.items import (
     Exhausted,
     claim_item,
@@ -38,17 +38,16 @@ from jobs.items import (
 from jobs.keyring import KeyringError
 from jobs.records import ClaimedItem
 from jobs.scheduling import forget_stale_dispatches, mark_started
+from jobs.stages import Step, advance_question, stalled_questions
 from jobs.sweeper import expire_leases, live_job_ids
 from jobs.webhooks import created_in
 from models import autocommit_scope, session_scope, utcnow
-from workers.answers import handle_answer_question, handle_investigation, handle_sentence
-from workers.claims import handle_claim
 from workers.context import WorkerContext, get_context
 from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault
-from workers.flows import Calls, Handler, budget_skip, question_handler
+from workers.kinds import handler_for
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
-from workers.quotes import handle_compare, handle_quote_question, handle_result
+from workers.steps import Calls, budget_skip
 from workers.webhooks import send_if_due, send_soon
 
 log = logging.getLogger("factgate.workers")
@@ -56,17 +55,12 @@ log = logging.getLogger("factgate.workers")
 MAX_BACKOFF_S = 60.0
 INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
 SETTLE_PATIENCE_S = 30.0
-HANDLERS: dict[str, Handler] = {
-    "claim": handle_claim,
-    "question": question_handler({"answer": handle_answer_question, "quote": handle_quote_question}),
-    "sentence": handle_sentence,
-    "investigation": handle_investigation,
-    "result": handle_result,
-    "compare": handle_compare,
-}
-# Settling one of these moves its question on in the same transaction (jobs/flows.py): the first
-# children exist the moment the question is done, so the job never looks finished in between.
-ADVANCE_ON_SETTLE = frozenset({"question"})
+
+
+def advances_on_settle(stage: str) -> bool:
+    """Settling an entry item of a staged kind moves it on in the same transaction (jobs/stages.py): the
+    first children exist the moment it is done, so the job never looks finished in between."""
+    return any(r.staged and r.entry_stage == stage for _, r in RECIPES.items())
 
 
 def _ctx() -> WorkerContext:
@@ -154,7 +148,7 @@ def _backoff_s(token: int) -> float:
 def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     """Run the item's handler behind the one prologue every stage shares (the budget check, the `Calls`
     that records every attempt). Never raises: every failure becomes an outcome."""
-    handler = HANDLERS.get(item.stage)
+    handler = handler_for(item)
     if handler is None:
         return Failed(f"no handler for item stage {item.stage!r}")
     calls = Calls(ctx, item, ctx.client)
@@ -193,7 +187,7 @@ def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None
     else:
         wait = outcome.retry_in_s if outcome.retry_in_s is not None else _backoff_s(item.token)
         release_item(session, item, outcome.error, outcome.calls, retry_at=utcnow() + timedelta(seconds=wait))
-    if settled and item.stage in ADVANCE_ON_SETTLE:
+    if settled and advances_on_settle(item.stage):
         return _advance_nested(session, item.id)
     return None
 
@@ -203,7 +197,7 @@ def _at_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> bool:
     a failure of an item that moves nothing else on. Most items settle this way, in one round trip."""
     return (
         isinstance(outcome, Done | Failed)
-        and item.stage not in ADVANCE_ON_SETTLE
+        and not advances_on_settle(item.stage)
         and settles_at_once(ctx.engine.dialect.name, item)
     )
 
@@ -256,7 +250,7 @@ def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | No
 
 def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
     """An item failed at claim for having used every try: its question moves on as after any failure."""
-    if spent.stage not in ADVANCE_ON_SETTLE:
+    if not advances_on_settle(spent.stage):
         return
     try:
         with session_scope(ctx.sessions) as session:

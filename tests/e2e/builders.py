@@ -147,7 +147,7 @@ def submit_claims(
 
 # --- answer and quote jobs with stored reports ---------------------------------------------------------
 # Reports in the documented shape (docs/spec.md §6, built by jobs/answers.py and
-# jobs/quotes.py). The page tests store them on the question items, as jobs.flows.advance_question does,
+# jobs/quotes.py). The page tests store them on the question items, as jobs.stages.advance_question does,
 # so a test controls every string that reaches the page (including injection payloads).
 
 

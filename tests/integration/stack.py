@@ -31,8 +31,8 @@ from checks.options import parse_claims_options, parse_questions_options
 from checks.questions import validate_question_rows
 from config import Settings
 from jobs.claims import claim_units
-from jobs.flows import question_units
 from jobs.intake import create_job
+from jobs.stages import question_units
 from jobs.tenancy import get_or_create_tenant
 from models import Job, make_engine, make_session_factory, session_scope
 from tests.services import create_pg_database, drop_pg_database, redis_db_url, unavailable
@@ -102,12 +102,18 @@ class Stack:
         return redis_lib.Redis.from_url(self.env["REDIS_URL"])
 
     def start_worker(
-        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+        self,
+        *,
+        concurrency: int = 8,
+        beat: bool = True,
+        extra_env: dict[str, str] | None = None,
+        app: str = "workers.app",
     ) -> WorkerProc:
-        """Start a worker (with `beat`, also the stack's beat if it has none) and wait until it is ready."""
+        """Start a worker (with `beat`, also the stack's beat if it has none) and wait until it is ready.
+        `app` is the Celery app module (a test's own, to load a toy job kind first)."""
         n = len(self.workers)
         argv = [
-            sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+            sys.executable, "-m", "celery", "-A", app, "worker",
             "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
             "--hostname", f"w{n}-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip",
         ]  # fmt: skip
@@ -221,11 +227,16 @@ class SharedStack(Stack):
     _started: tuple[int, bool, tuple[tuple[str, str], ...]] | None = None
 
     def start_worker(
-        self, *, concurrency: int = 8, beat: bool = True, extra_env: dict[str, str] | None = None
+        self,
+        *,
+        concurrency: int = 8,
+        beat: bool = True,
+        extra_env: dict[str, str] | None = None,
+        app: str = "workers.app",
     ) -> WorkerProc:
-        wanted = (concurrency, beat, tuple(sorted((extra_env or {}).items())))
+        wanted = (concurrency, beat, tuple(sorted({**(extra_env or {}), "app": app}.items())))
         if self._started is None:
-            worker = super().start_worker(concurrency=concurrency, beat=beat, extra_env=extra_env)
+            worker = super().start_worker(concurrency=concurrency, beat=beat, extra_env=extra_env, app=app)
             self._started = wanted
             return worker
         if wanted != self._started:

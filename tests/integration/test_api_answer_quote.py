@@ -1,7 +1,7 @@
 """`answer` and `quote` jobs through the JSON API and the stage machine on real Postgres, without a worker.
 
 Intake is exercised over HTTP; items are then settled with the jobs/ state functions a worker uses and
-`jobs.flows.advance_question` is called as the task layer calls it, so every stage transition, the
+`jobs.stages.advance_question` is called as the task layer calls it, so every stage transition, the
 report, readiness, retry and the results export are checked deterministically.
 """
 
@@ -20,9 +20,9 @@ from sqlalchemy import select
 from checks import answers as gate
 from checks import quotes
 from jobs.finalize import maybe_finalize
-from jobs.flows import Step, advance_question, get_question_report, questions_ready, stalled_questions
 from jobs.items import claim_item, fail_item, finish_item
 from jobs.records import CallRow
+from jobs.stages import Step, advance_question, get_question_report, questions_ready, stalled_questions
 from models import Item, Job, session_scope
 from tests.integration.export_files import csv_records, ndjson_records
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures

@@ -25,9 +25,9 @@ from checks.pricing import DEFAULT_MODEL
 from jobs.claims import iter_claim_results
 from jobs.claims_report import calibration_sums, claim_page, flips_at, matching_claims, score_counts
 from jobs.finalize import maybe_finalize
-from jobs.flows import iter_question_reports
 from jobs.progress import job_counts, jobs_counts, request_counts
 from jobs.queries import parse_question_cursor, question_page
+from jobs.stages import iter_question_reports
 from jobs.tenancy import get_or_create_tenant
 from models import Item, Job
 from web.charts import reliability_bins
@@ -140,7 +140,7 @@ def _walk(db: Session, job: Job, show: str, limit: int, smin: float, cmax: float
     after = -1
     while True:
         page = claim_page(db, job, modes=MODES, show=show, after=after, limit=limit, smin=smin, cmax=cmax)
-        pages.append([r["custom_id"] for r in page.records])
+        pages.append([r.custom_id for r in page.records])
         if page.next_after is None:
             return pages
         assert page.next_after > after
@@ -164,7 +164,7 @@ def test_keyset_pages_show_each_matching_claim_once_in_order(db: Session, limit:
     smin, cmax = 0.8, 0.2
     records = list(iter_claim_results(db, job))
     for show in SHOW_CHOICES:
-        expected = [r["custom_id"] for r in records if _row_view(r, list(MODES), smin, cmax).matches(show)]
+        expected = [r.custom_id for r in records if _row_view(r, list(MODES), smin, cmax).matches(show)]
         pages = _walk(db, job, show, limit, smin, cmax)
         shown = [cid for page in pages for cid in page]
         assert shown == expected, show  # none twice, none missing, input order

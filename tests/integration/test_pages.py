@@ -401,7 +401,7 @@ def claims_table(page: str) -> str:
 def test_claims_table_next_link_walks_the_pages_by_keyset(
     web: WebEnv, caller: Caller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("web.pages_reports.PAGE_SIZE", 3)
+    monkeypatch.setattr("web.kinds.claims.PAGE_SIZE", 3)  # the claims report page size (its web part)
     job_id = finished_job(web, caller, "both", BOTH)
     sign_in(web.client, caller)
     first = claims_table(html(web.client.get(f"/jobs/{job_id}?supported_min=0.9")))

@@ -19,7 +19,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from checks.answers import LABELS
-from jobs.flows import iter_question_reports, iter_question_results
+from checks.kinds.answer import AnswerResult
+from jobs.stages import iter_question_reports, iter_question_results
 from models import ApiCall, Item, Job
 from simulator.config import SimConfig
 from simulator.engine import AgentOutcome
@@ -178,10 +179,10 @@ def test_reference_questions_are_answered_checked_and_reviewed(stack: Stack) -> 
     assert any(e["report"]["summary"]["investigated"] == 0 for e in reports.values())
 
     with Session(stack.engine) as s:
-        lines = list(iter_question_results(s, job))
-    assert [line["custom_id"] for line in lines] == ["q1", "q2", "q3", "q4", "q5"]
-    assert all(line["outcome"] == "done" and line["final_answer"] for line in lines)
-    assert all("[1]" in line["final_answer"] for line in lines)
+        lines = [line for line in iter_question_results(s, job) if isinstance(line, AnswerResult)]
+    assert [line.custom_id for line in lines] == ["q1", "q2", "q3", "q4", "q5"]
+    assert all(line.outcome == "done" and line.final_answer for line in lines)
+    assert all("[1]" in (line.final_answer or "") for line in lines)
 
 
 def test_failed_investigation_and_failed_question_leave_the_rest_reported(

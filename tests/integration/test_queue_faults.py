@@ -296,7 +296,7 @@ def test_accounting_under_half_transient_faults_matches_the_upstream(
                 r for (r,) in s.execute(select(ApiCall.request_id).where(ApiCall.job_id == job_id)) if r
             ]
         resolved = _resolve_all(stack, url, tmp_path, request_ids)
-    attempts = sum(r["results"]["grounded"]["attempts"] for r in results)
+    attempts = sum(r.results["grounded"].attempts for r in results)
     usage = job.usage or {}
     card = (job.summary or {})["scorecards"]["grounded"]
     print(f"\nupstream POSTs {upstream_posts}, result attempts {attempts}, job searches {usage['searches']}")

@@ -17,7 +17,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from checks import quotes
-from jobs.flows import iter_question_reports, iter_question_results
+from checks.kinds.quote import QuoteResult
+from jobs.stages import iter_question_reports, iter_question_results
 from models import ApiCall, Item, Job
 from simulator.config import SimConfig
 from simulator.engine import Engine as SimEngine
@@ -121,9 +122,9 @@ def test_reference_questions_quote_or_say_no_result_answers(stack: Stack) -> Non
                 assert closest["p_answers"] < quotes.QUOTE_MIN
 
     with Session(stack.engine) as s:
-        lines = list(iter_question_results(s, job))
-    assert [line["outcome"] for line in lines] == ["quoted"] * 6 + ["no_answer"] * 4
-    assert all(line["quote"]["url"] for line in lines[:6])
+        lines = [line for line in iter_question_results(s, job) if isinstance(line, QuoteResult)]
+    assert [line.outcome for line in lines] == ["quoted"] * 6 + ["no_answer"] * 4
+    assert all(line.quote is not None and line.quote["url"] for line in lines[:6])
 
 
 @dataclass

@@ -5,23 +5,53 @@ from __future__ import annotations
 from typing import Any
 
 from checks import claims as claim_rules
+from checks.kinds import answer as answer_kind
+from checks.kinds import quote as quote_kind
+from checks.kinds.answer import AnswerResult
+from checks.kinds.claims import ClaimResult
+from checks.kinds.quote import QuoteResult
 from cli.render import (
     GROUNDED_NOTE,
-    answer_lines,
     claim_modes,
     claims_table,
-    quote_lines,
-    request_ids,
     scorecard_lines,
 )
+from cli.render import answer_lines as render_answer
+from cli.render import quote_lines as render_quote
+from cli.render import request_ids as line_request_ids
 
 
-def _result(cid: str, label: bool | None, **modes: tuple[str, float | None, str | None]) -> dict[str, Any]:
-    return {
-        "custom_id": cid,
-        "label": label,
-        "results": {m: {"status": s, "p": p, "verdict": v} for m, (s, p, v) in modes.items()},
-    }
+def _line(kind: str, line: dict[str, Any]) -> AnswerResult | QuoteResult:
+    """A results line as jobs/ builds it (the contract the CLI reads), from a line-shaped dict of the test."""
+    report = line.get("report")
+    if report is not None:
+        report = {"kind": kind, **report}
+        if "request_ids" in line:
+            report["request_ids"] = line["request_ids"]
+    build = answer_kind.result_line if kind == "answer" else quote_kind.result_line
+    return build(line.get("custom_id", "q1"), line["question"], line.get("status", "done"), report)
+
+
+def answer_lines(line: dict[str, Any]) -> list[str]:
+    return render_answer(_line("answer", line))  # type: ignore[arg-type]
+
+
+def quote_lines(line: dict[str, Any]) -> list[str]:
+    return render_quote(_line("quote", line))  # type: ignore[arg-type]
+
+
+def request_ids(line: dict[str, Any]) -> list[str]:
+    return line_request_ids(_line("answer", line))
+
+
+def _result(cid: str, label: bool | None, **modes: tuple[str, float | None, str | None]) -> ClaimResult:
+    return ClaimResult.model_validate(
+        {
+            "custom_id": cid,
+            "label": label,
+            "results": {m: {"status": s, "p": p, "verdict": v} for m, (s, p, v) in modes.items()},
+        }
+    )
 
 
 ROWS = [

@@ -16,6 +16,8 @@ import pytest
 
 from checks import answers as gate
 from checks import quotes
+from checks.kinds import answer as answer_kind
+from checks.kinds import quote as quote_kind
 from checks.options import CUTOFFS_MODEL
 from jobs import answers
 from jobs import quotes as quote_jobs
@@ -152,10 +154,10 @@ def test_answer_where_every_step_ran_is_done() -> None:
     report = answers.build_report(j, q, kids, incomplete=False)
     assert report["status"] == "done" and report["incomplete_steps"] == [] and report["errors"] == []
     assert [s["outcome"] for s in report["final"]["sentences"]] == [None, "replaced", None]
-    line = answers.result_line("q1", "Who built the bridge?", "done", report)
-    assert line["outcome"] == "done" and line["partial_answer"] is None
-    assert line["final_answer"].startswith("The bridge was built by Ada. [1] The bridge opened to traffic")
-    assert line["incomplete_steps"] == [] and line["model_note"] is None
+    line = answer_kind.result_line("q1", "Who built the bridge?", "done", report)
+    assert line.outcome == "done" and line.partial_answer is None
+    assert line.final_answer.startswith("The bridge was built by Ada. [1] The bridge opened to traffic")
+    assert line.incomplete_steps == [] and line.model_note is None
     assert report["cutoffs_model"] == CUTOFFS_MODEL and report["model"] == CUTOFFS_MODEL
 
 
@@ -184,12 +186,12 @@ def test_a_failed_sentence_score_makes_the_answer_incomplete_and_starts_no_inves
     ]
     assert report["summary"]["investigated"] == report["summary"]["not_reviewed"] == 0
     assert report["summary"]["incomplete_steps"] == {"score": 1, "review": 1}
-    line = answers.result_line("q1", "Who built the bridge?", "done", report)
-    assert line["outcome"] == "incomplete" and line["final_answer"] is None
-    assert line["partial_answer"] == (
+    line = answer_kind.result_line("q1", "Who built the bridge?", "done", report)
+    assert line.outcome == "incomplete" and line.final_answer is None
+    assert line.partial_answer == (
         "The bridge was built by Ada. [1] The bridge opened in 1890. [2] The bridge is made of iron. [3]"
     )
-    assert [s["step"] for s in line["incomplete_steps"]] == ["score", "review"]
+    assert [s["step"] for s in line.incomplete_steps] == ["score", "review"]
 
 
 def test_a_retried_sentence_lets_the_review_start() -> None:
@@ -245,9 +247,9 @@ def test_answer_job_summary_counts_incomplete_questions_and_their_steps() -> Non
     fine = sentences(q, [0.9, 0.9, 0.9])
     broken = sentences(q, [0.9, "timeout", 0.9])
     reports = [answers.build_report(j, q, kids, incomplete=False) for kids in (fine, broken)]
-    summary = answers.summarize_job((r["status"], r["summary"]) for r in reports)
-    assert summary["outcomes"] == {"done": 1, "failed": 0, "skipped": 0, "incomplete": 1}
-    assert summary["incomplete_steps"] == {"score": 1, "review": 1}
+    summary = answer_kind.summarize_job((r["status"], r["summary"]) for r in reports)
+    assert summary.outcomes == {"done": 1, "failed": 0, "skipped": 0, "incomplete": 1}
+    assert summary.incomplete_steps == {"score": 1, "review": 1}
 
 
 def test_an_answer_on_another_model_says_where_the_cutoffs_come_from() -> None:
@@ -255,7 +257,7 @@ def test_an_answer_on_another_model_says_where_the_cutoffs_come_from() -> None:
     report = answers.build_report(j, q, sentences(q, [0.9, 0.9, 0.9]), incomplete=False)
     assert report["model"] == "pplx-decider-latest" and report["cutoffs_model"] == CUTOFFS_MODEL
     assert "measured on pplx-decider-v1.1-27b" in report["model_note"]
-    assert answers.result_line("q1", "Q", "done", report)["model_note"] == report["model_note"]
+    assert answer_kind.result_line("q1", "Q", "done", report).model_note == report["model_note"]
 
 
 # --- quote ---------------------------------------------------------------------------------------------
@@ -324,8 +326,8 @@ def test_quote_where_every_step_ran_is_quoted() -> None:
     report = quote_jobs.build_report(j, q, kids, incomplete=False)
     assert report["status"] == "quoted" and report["incomplete_steps"] == []
     assert report["quote"]["text"] == "An adult human body typically has 206 bones."
-    line = quote_jobs.result_line("q1", "How many bones?", "done", report)
-    assert line["quote"] == report["quote"] and line["incomplete_steps"] == []
+    line = quote_kind.result_line("q1", "How many bones?", "done", report)
+    assert line.quote == report["quote"] and line.incomplete_steps == []
 
 
 def test_quote_with_no_candidate_is_still_no_answer() -> None:
@@ -361,9 +363,9 @@ def test_a_failed_rank_makes_the_quote_incomplete_and_sends_no_compare() -> None
     assert report["results"][1]["status"] == "failed" and report["results"][1]["error"]
     assert report["run"]["outcome"] is None and report["run"]["errors"] == [compare["message"]]
     assert report["summary"]["incomplete_steps"] == {"rank": 1, "compare": 1}
-    line = quote_jobs.result_line("q1", "How many bones?", "done", report)
-    assert line["outcome"] == "incomplete" and line["quote"] is None and line["closest"] is None
-    assert [s["step"] for s in line["incomplete_steps"]] == ["rank", "compare"]
+    line = quote_kind.result_line("q1", "How many bones?", "done", report)
+    assert line.outcome == "incomplete" and line.quote is None and line.closest is None
+    assert [s["step"] for s in line.incomplete_steps] == ["rank", "compare"]
 
 
 def test_an_unreadable_rank_answer_is_a_failed_rank() -> None:
@@ -406,6 +408,6 @@ def test_quote_job_summary_counts_incomplete_questions_and_their_steps() -> None
         quote_jobs.build_report(j, q, ranks(j, q, outcomes), incomplete=False)
         for outcomes in ([0.1, 0.05], [0.95, "timeout"], ["timeout", "timeout"])
     ]
-    summary = quote_jobs.summarize_job((r["status"], r["summary"]) for r in reports)
-    assert summary["outcomes"] == {"quoted": 0, "no_answer": 1, "failed": 0, "skipped": 0, "incomplete": 2}
-    assert summary["incomplete_steps"] == {"rank": 3, "compare": 2}
+    summary = quote_kind.summarize_job((r["status"], r["summary"]) for r in reports)
+    assert summary.outcomes == {"quoted": 0, "no_answer": 1, "failed": 0, "skipped": 0, "incomplete": 2}
+    assert summary.incomplete_steps == {"rank": 3, "compare": 2}

@@ -26,7 +26,7 @@ from checks.questions import (
     parse_question_lines,
     validate_question_rows,
 )
-from jobs.flows import question_units
+from jobs.stages import question_units
 
 
 def errors_of(objs: list[object], **kwargs: int) -> list[tuple[int | None, str | None, str]]:

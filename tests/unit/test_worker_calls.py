@@ -12,7 +12,7 @@ from clients.perplexity import PerplexityClient
 from config import Settings
 from jobs.records import ClaimedItem
 from workers.context import build_context
-from workers.flows import Calls, StepError
+from workers.steps import Calls, StepError
 
 BODY = {
     "model": "pplx-decider-latest",

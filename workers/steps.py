@@ -9,7 +9,7 @@ HTTP attempt becomes an `api_calls` row of its item, and counts the money agains
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,16 +173,3 @@ def call_facts(record: CallRecord) -> dict[str, Any]:
         "latency_s": round(record.latency_s, 4),
         "sanitized": list(record.sanitized),
     }
-
-
-def question_handler(by_kind: Mapping[str, Handler]) -> Handler:
-    """One `question` stage serves both kinds; the item's input names its kind (set at intake)."""
-
-    def handle(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
-        kind = str(item.input.get("kind") or "")
-        handler = by_kind.get(kind)
-        if handler is None:
-            return Failed(f"no question handler for job kind {kind!r}")
-        return handler(ctx, item, calls)
-
-    return handle

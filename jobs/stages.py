@@ -1,4 +1,4 @@
-"""The stage machine of `answer` and `quote` jobs: a question item, its children, then its report.
+"""The stage machine of staged kinds (`answer`, `quote`): a question item, its children, then its report.
 
 answer: question (Agent call) → `sentence` children → `investigation` children for the first flagged
 sentences → report. quote: question (Search call) → `result` children → one `compare` child when some
@@ -21,67 +21,107 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from checks import questions as question_rules
+from checks.contracts import Contract
+from checks.ndjson import RowLine
 from checks.questions import QuestionRow
-from jobs import answers, quotes
+from checks.recipes import RowLimits, recipe_for
+from jobs import bulk_load
 from jobs.intake import UnitSpec
 from jobs.keyset import page_rows
+from jobs.kinds import KINDS, JobKind, StageMachine
 from jobs.usage import usage_of_outputs
-from models import ITEM_TERMINAL_STATUSES, Item, Job, utcnow
+from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
 
 log = logging.getLogger("factgate.jobs")
 
 QUESTION = "question"
-FLOW_KINDS = ("answer", "quote")
-# The upstream endpoint of each stage's first call: the rate-limit scope the scheduler dispatches it in.
-QUESTION_ENDPOINTS = {"answer": "agent", "quote": "search"}
-CHILD_ENDPOINTS = {
-    "sentence": "decisions",
-    "investigation": "agent",
-    "result": "decisions",
-    "compare": "decisions",
-}
-SPAWNING_JOB_STATUSES = ("queued", "in_progress")  # a cancelling job creates no new work
-ADVANCING_JOB_STATUSES = (*SPAWNING_JOB_STATUSES, "cancelling")  # ...but still gets its reports
+# A cancelling job creates no new work, but still gets its reports.
+SPAWNING_JOB_STATUSES = tuple(sorted(JobStatus.running()))
+ADVANCING_JOB_STATUSES = (*SPAWNING_JOB_STATUSES, JobStatus.CANCELLING)
 
 
-@dataclass(frozen=True)
-class Flow:
-    """What a kind plugs into the stage machine (pure functions over stored items)."""
-
-    plan: Callable[[Job, Item, Sequence[Item]], list[UnitSpec]]
-    build_report: Callable[..., dict[str, Any]]
-    summarize_job: Callable[..., dict[str, Any]]
-    result_line: Callable[..., dict[str, Any]]
-
-
-FLOWS: dict[str, Flow] = {
-    "answer": Flow(answers.plan, answers.build_report, answers.summarize_job, answers.result_line),
-    "quote": Flow(quotes.plan, quotes.build_report, quotes.summarize_job, quotes.result_line),
-}
+def _machine(kind: str) -> StageMachine | None:
+    part = KINDS.find(kind)
+    return part.machine if part is not None else None
 
 
 def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
-    """One `question` item per row; custom_id is the caller's id. The kind rides along in the input
-    because both kinds share the `question` stage."""
-    if kind not in FLOWS:
-        raise ValueError(f"{kind!r} is not a question kind (expected one of {', '.join(FLOWS)})")
+    """One entry item per row; custom_id is the caller's id. The kind rides along in the input because
+    several kinds share the `question` stage (workers/kinds/ picks the handler by it)."""
+    recipe = recipe_for(kind)
+    if not recipe.staged:
+        raise ValueError(f"{kind!r} is not a question kind (it has one stage)")
     return [
         UnitSpec(
-            stage=QUESTION,
+            stage=recipe.entry_stage,
             custom_id=row.id,
             mode="",
             input={"kind": kind, "question": row.question},
-            endpoint=QUESTION_ENDPOINTS[kind],
+            endpoint=recipe.stages[0].endpoint,
         )
         for row in rows
     ]
+
+
+def staged_kind(name: str, machine: StageMachine) -> JobKind:
+    """The `JobKind` of a question kind: rows become entry items, the stage machine does the rest, the job
+    is ready once every entry item has a current report."""
+
+    def units(rows: Sequence[QuestionRow], options: object) -> tuple[list[UnitSpec], list[str]]:
+        return question_units(rows, name), []
+
+    return JobKind(
+        name,
+        units=units,
+        summarize=questions_summary,
+        results_page=question_results_page,
+        machine=machine,
+        ready=lambda session, job: questions_ready(session, job.id),
+        load=load_question_rows,
+    )
+
+
+class _QuestionStager:
+    """Takes each valid question row into the COPY, counting items for the quota."""
+
+    def __init__(self, staged: bulk_load.StagedRows, quota: Callable[[int], None]) -> None:
+        self._staged = staged
+        self._quota = quota
+        self.items = 0
+
+    def append(self, row: QuestionRow, /) -> None:
+        self.items += 1
+        self._quota(self.items)
+        self._staged.add(row.id, row.question)
+
+
+def load_question_rows(
+    session: Session,
+    job: Job,
+    options: object,
+    lines: Iterable[RowLine],
+    *,
+    limits: RowLimits,
+    quota: Callable[[int], None],
+) -> tuple[int, list[str]]:
+    """A staged kind's streamed intake (`jobs.kinds.StreamLoad`): each valid question is copied as it is
+    read, then one entry item is made per question, as `question_units` would."""
+    recipe = recipe_for(job.kind)
+    with bulk_load.StagedRows(session) as staged:
+        stager = _QuestionStager(staged, quota)
+        question_rules.stream_question_rows(lines, stager, max_rows=limits.max_rows)
+    items = bulk_load.insert_question_items(
+        session, job.id, kind=job.kind, stage=recipe.entry_stage, endpoint=recipe.stages[0].endpoint
+    )
+    return items, []
 
 
 @dataclass(frozen=True)
@@ -101,9 +141,10 @@ def _counts(statuses: Sequence[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[int]:
+def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]) -> list[int]:
     """Create the next stage's children, pending and undispatched: the scheduler sends them in its fair
-    order, like any other work of the job."""
+    order, like any other work of the job. Their endpoint is their stage's, from the recipe."""
+    recipe = recipe_for(job.kind)
     items = [
         Item(
             job_id=question.job_id,
@@ -112,7 +153,7 @@ def _spawn(session: Session, question: Item, units: Sequence[UnitSpec]) -> list[
             position=question.position,  # children sort with their question
             custom_id=u.custom_id,
             mode=u.mode,
-            endpoint=CHILD_ENDPOINTS.get(u.stage, u.endpoint),
+            endpoint=recipe.endpoint_of(u.stage),
             input=u.input,
             status="pending",
             attempts=0,
@@ -146,7 +187,7 @@ def advance_question(session: Session, question_id: int) -> Step:
     if question is None or question.parent_id is not None:
         return Step(None, question_id)
     job = session.get(Job, question.job_id)
-    flow = FLOWS.get(job.kind) if job is not None else None
+    flow = _machine(job.kind) if job is not None else None
     if job is None or flow is None or job.status not in ADVANCING_JOB_STATUSES:
         return Step(question.job_id, question_id)
     if question.status not in ITEM_TERMINAL_STATUSES:
@@ -171,9 +212,9 @@ def advance_question(session: Session, question_id: int) -> Step:
         log.exception("planning question %s of job %s failed", question.id, job.id)
         units = []
     if units and job.status in SPAWNING_JOB_STATUSES:
-        return Step(job.id, question_id, spawned=_spawn(session, question, units))
+        return Step(job.id, question_id, spawned=_spawn(session, job, question, units))
     # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
-    stopped = job.status == "cancelling" and any(c.status == "skipped" for c in children)
+    stopped = job.status == JobStatus.CANCELLING and any(c.status == "skipped" for c in children)
     try:
         report = flow.build_report(job, question, children, incomplete=bool(units) or stopped)
     except Exception as exc:
@@ -224,7 +265,7 @@ def stalled_questions(session: Session, job_id: uuid.UUID) -> list[int]:
     are what the sweeper and the window bodies advance instead.
     """
     job = session.get(Job, job_id)
-    if job is None or job.kind not in FLOWS:
+    if job is None or _machine(job.kind) is None:
         return []
     counts = _child_counts(session, job_id)
     stalled: list[int] = []
@@ -283,28 +324,31 @@ def get_question_report(session: Session, job: Job, custom_id: str) -> dict[str,
     return next(_report_rows(session, job, custom_id), None)
 
 
-def iter_question_results(session: Session, job: Job) -> Iterator[dict[str, Any]]:
-    """Results export: one line per question with its report (see `Flow.result_line`)."""
-    flow = FLOWS[job.kind]
+def iter_question_results(session: Session, job: Job) -> Iterator[Contract]:
+    """Results export: one line per question with its report (see `StageMachine.result_line`)."""
+    flow = _machine(job.kind)
+    assert flow is not None, f"{job.kind} has no stage machine"
     for entry in _report_rows(session, job):
         yield flow.result_line(entry["custom_id"], entry["question"], entry["status"], entry["report"])
 
 
 def question_results_page(
     session: Session, job: Job, after: tuple[int, int], limit: int
-) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+) -> list[tuple[tuple[int, int], Contract]]:
     """Result lines of the questions after the keyset cursor `after` (position, id), at most `limit`,
     each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
-    flow = FLOWS[job.kind]
+    flow = _machine(job.kind)
+    assert flow is not None, f"{job.kind} has no stage machine"
     columns = (Item.position, Item.id, Item.custom_id, Item.input, Item.status, Item.output["report"])
     rows = page_rows(session, job.id, columns, after=after, limit=limit, where=(Item.parent_id.is_(None),))
     return [
-        ((pos, item_id), flow.result_line(cid, (input_ or {}).get("question"), status, report))
+        # the same line `iter_question_results` gives (the question as stored, like `_report_rows`)
+        ((pos, item_id), flow.result_line(cid, cast("str", (input_ or {}).get("question")), status, report))
         for pos, item_id, cid, input_, status, report in rows
     ]
 
 
-def questions_summary(session: Session, job: Job) -> dict[str, Any]:
+def questions_summary(session: Session, job: Job) -> Contract:
     """The job summary of an answer or quote job: report outcomes and totals over its questions."""
     rows = session.execute(
         select(Item.output["report_status"], Item.output["summary"])
@@ -318,4 +362,6 @@ def questions_summary(session: Session, job: Job) -> dict[str, Any]:
         ]
     finally:
         rows.close()
-    return FLOWS[job.kind].summarize_job(pairs)
+    flow = _machine(job.kind)
+    assert flow is not None, f"{job.kind} has no stage machine"
+    return flow.summarize_reports(pairs)

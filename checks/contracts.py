@@ -1,0 +1,119 @@
+"""Typed contracts for the JSON that crosses layers: result lines, job summaries, question reports.
+
+pydantic v2 rather than msgspec, for three reasons: validation errors carry the field path (`results.
+grounded.p`), which is what a test or a log needs to find a drifted field; `model_json_schema` generates the
+OpenAPI component schemas (web/openapi.py), so the served document is the code's own shape rather than a
+hand-kept copy; and it is already the ecosystem's default (and in our dependency tree). msgspec is faster
+at (de)serialising, which matters nowhere here: lines are built one at a time from database rows.
+
+`jobs/` builds these models, the web layer serialises them (`dump`), and pages, CSV and the CLI read their
+attributes. Stored JSON (`jobs.summary`, a question's `output.report`) is read back with `model_validate`;
+fields added later get defaults, so older rows still load.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+ItemStatusName = Literal["pending", "running", "done", "failed", "skipped"]
+SCHEMA_REF = "#/components/schemas/{model}"
+
+
+# Validation context of `Contract.read`: unknown fields are dropped instead of refused.
+_TOLERANT = "tolerant_reader"
+
+
+class Contract(BaseModel):
+    """Frozen, and strict about unknown fields where it is *written*: a contract that grows must say so here
+    first, and the server validates every line it builds. A *reader* of another version's lines (the CLI
+    talking to a newer server) uses `read`, which ignores fields it does not know, at every depth."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unknown(cls, data: Any, info: ValidationInfo) -> Any:
+        if not (info.context and info.context.get(_TOLERANT)) or not isinstance(data, dict):
+            return data
+        if cls.model_config.get("extra") != "forbid":
+            return data  # a StoredContract keeps what it does not know
+        known: set[str] = set()
+        for name, spec in cls.model_fields.items():
+            known.add(name)
+            if spec.alias:
+                known.add(spec.alias)
+        return {k: v for k, v in data.items() if k in known}
+
+    @classmethod
+    def read(cls, data: Any) -> Self:
+        """Validate what another process wrote (an API response): the known fields as strictly as ever, the
+        unknown ones — added by a newer version — ignored (the context reaches nested contracts too)."""
+        return cls.model_validate(data, context={_TOLERANT: True})
+
+    def dump(self) -> dict[str, Any]:
+        """JSON-safe dict in declaration order (what the API and the database get)."""
+        return self.model_dump(mode="json")
+
+
+class StoredContract(Contract):
+    """Read back from the database: fields other versions wrote are kept, not refused."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Cutoffs(Contract):
+    supported_min: float
+    contradicted_max: float
+
+
+class ReportHead(StoredContract):
+    """The fields of a question's report that every staged kind writes and every reader relies on; the rest
+    (scored sentences, passages, ranks, the run record) is the kind's own and kept as stored.
+
+    Lenient on purpose: reports stored by older versions may lack a field or hold null where a list or an
+    object is expected, and an export must never stop half-way over one of them."""
+
+    kind: str = ""
+    question: str | None = None
+    status: str | None = Field(
+        default=None,
+        description="The report's outcome (answer: done, failed, skipped, incomplete; quote: "
+        "quoted, no_answer, failed, skipped, incomplete).",
+    )
+    error: str | None = None
+    incomplete_steps: list[Any] = Field(default_factory=list)
+    model_note: str | None = None
+    request_ids: Any = None
+    usage: dict[str, Any] | None = None
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("incomplete_steps", "summary", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:
+            return [] if info.field_name == "incomplete_steps" else {}
+        return value
+
+
+class ExportEndFigures(Contract):
+    count: int = Field(ge=0, description="The lines above the trailer in this response.")
+    after: str | None = Field(description="The `?after=` custom_id this response resumed after, or null.")
+    last_id: str | None = Field(description="The custom_id of the last line above, or null.")
+
+
+class ExportEnd(Contract):
+    """The last line of every NDJSON export: without it a download is incomplete (a client that lost the
+    connection resumes with `?after=<last_id>`). Its own schema, not a result line's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    end: ExportEndFigures = Field(alias="_end")
+
+
+def schema_of(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schema, definitions) for the OpenAPI components: references point at `#/components/schemas/`."""
+    schema = model.model_json_schema(ref_template=SCHEMA_REF, mode="serialization")
+    defs = schema.pop("$defs", {})
+    return schema, defs

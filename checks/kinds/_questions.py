@@ -1,0 +1,59 @@
+"""What the `answer` and `quote` recipes share: a row per question, the question options, the `question`
+entry stage, and the common fields of their result lines and summaries. Not a kind itself (no `RECIPE`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from checks import questions as rules
+from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract
+from checks.ndjson import RowLine
+from checks.recipes import RowLimits
+
+ENTRY_STAGE = "question"
+
+
+def rows_from_lines(lines: Iterable[RowLine], limits: RowLimits) -> Sequence[rules.QuestionRow]:
+    return rules.parse_question_lines(lines, max_rows=limits.max_rows)
+
+
+def rows_from_items(items: Sequence[object], limits: RowLimits) -> Sequence[rules.QuestionRow]:
+    return rules.validate_question_rows(items, max_rows=limits.max_rows)
+
+
+class QuestionLine(Contract):
+    """One NDJSON line of GET /v1/jobs/{job_id}/results for a question kind: one question with its report
+    (null until the question is finished)."""
+
+    custom_id: str
+    question: str | None = None
+    status: ItemStatusName = Field(description="The question item's status (its first upstream call).")
+    outcome: str | None = Field(default=None, description="The report's status.")
+    incomplete_steps: list[Any] = Field(default_factory=list)
+    model_note: str | None = None
+    request_ids: Any = Field(default=None, description="Every upstream request id of the question.")
+    usage: dict[str, Any] | None = None
+    report: ReportHead | None = Field(
+        default=None,
+        description="The full report: every scored sentence with its passages and probabilities (answer), "
+        "every result, rank and compare probability and the run record (quote).",
+    )
+
+
+class QuestionsSummary(StoredContract):
+    """Totals over a question job's reports."""
+
+    kind: str
+    questions: int
+    outcomes: dict[str, int]
+    incomplete_steps: dict[str, int] = Field(default_factory=dict)
+    totals: dict[str, float]
+    request_counts: dict[str, int] | None = None
+
+
+def as_report(report: object) -> ReportHead | None:
+    """A stored report as its contract (None when there is none yet)."""
+    return ReportHead.model_validate(report) if isinstance(report, dict) else None

@@ -1,0 +1,135 @@
+"""JSON Schemas of the built-in kinds' rows and options, for the OpenAPI document (web/openapi.py).
+
+Pure data beside the recipes that carry them (`Recipe.row_schema`, `Recipe.options_schema`): the parsers in
+checks/claims.py, checks/questions.py and checks/options.py are the authority, these describe them. Kept
+in one module because the answer and quote recipes share the question schemas and every kind shares the
+`webhook_url` option's text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ID_CHARS, SUPPORTED_MIN
+from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
+from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
+from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
+
+WEBHOOK_URL_OPTION: dict[str, Any] = {
+    "type": ["string", "null"],
+    "format": "uri",
+    "maxLength": MAX_WEBHOOK_URL_CHARS,
+    "description": "An http(s) URL (no user name or password in it) that receives the job object, signed "
+    "(Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`), when the job completes, "
+    "fails or is cancelled; retried with backoff for up to 24 hours, with the same `webhook-id`. Without it "
+    "the tenant's default URL is used, if it has one. Private, loopback and link-local addresses are "
+    "refused when sending. Only present in the stored options when given.",
+}
+
+CLAIM_ROW: dict[str, Any] = {
+    "type": "object",
+    "description": "One claim. Unknown fields are rejected (allowed: " + ", ".join(ALLOWED_FIELDS) + ").",
+    "required": ["id", "claim"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {
+            "type": "string",
+            "maxLength": MAX_ID_CHARS,
+            "description": "Unique in the batch; comes back as `custom_id`.",
+        },
+        "claim": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The claim (at most FACTGATE_MAX_CLAIM_BYTES bytes of UTF-8, default 4096).",
+        },
+        "label": {
+            "type": ["boolean", "null"],
+            "description": "Known truth; labelled claims are scored in the scorecard.",
+        },
+        "kind": {"type": ["string", "null"], "description": "Free-form group, e.g. stable/recent."},
+        "source": {"type": ["string", "null"], "description": "Where the label was checked."},
+    },
+}
+
+CLAIMS_OPTIONS: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "Options of a `claims` job. Unknown options are rejected. Cutoffs are applied by "
+    "factgate and never sent to the model.",
+    "properties": {
+        "model": {"type": "string", "enum": sorted(KNOWN_MODELS), "default": DEFAULT_MODEL},
+        "mode": {
+            "type": "string",
+            "enum": list(CLAIMS_MODES),
+            "default": "grounded",
+            "description": "`both` sends every claim twice and reports verdict flips.",
+        },
+        "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
+        "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
+        "priority": {
+            "type": "string",
+            "enum": ["interactive", "batch"],
+            "default": "batch",
+            "description": "`interactive` work goes first within the tenant's share of the upstream "
+            "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
+            "submit as interactive.",
+        },
+        "budget_usd": {
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "description": "Stop sending once this much has been spent; remaining items are skipped.",
+        },
+        "webhook_url": WEBHOOK_URL_OPTION,
+    },
+}
+
+QUESTION_ROW: dict[str, Any] = {
+    "type": "object",
+    "description": "One question of an `answer` or `quote` job.",
+    "required": ["id", "question"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {
+            "type": "string",
+            "maxLength": MAX_QUESTION_ID_CHARS,
+            "description": "Unique in the batch; comes back as `custom_id`.",
+        },
+        "question": {
+            "type": "string",
+            "minLength": 1,
+            "description": f"The question (at most {MAX_QUESTION_BYTES} bytes of UTF-8).",
+        },
+    },
+}
+
+QUESTIONS_OPTIONS: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "Options of an `answer` or `quote` job. The cutoffs of both checks are fixed "
+    "(docs/spec.md §3-§4) and are not options.",
+    "properties": {
+        "model": {
+            "type": "string",
+            "enum": sorted(KNOWN_MODELS),
+            "default": CUTOFFS_MODEL,
+            "description": "The Decisions model that scores sentences / ranks results. The default is "
+            f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
+            "every report notes that the cutoffs were not measured on the model the job used.",
+        },
+        "priority": {
+            "type": "string",
+            "enum": ["interactive", "batch"],
+            "default": "batch",
+            "description": "`interactive` work goes first within the tenant's share of the upstream "
+            "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
+            "submit as interactive.",
+        },
+        "budget_usd": {
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "description": "Stop sending once this much has been spent; remaining items are skipped.",
+        },
+        "webhook_url": WEBHOOK_URL_OPTION,
+    },
+}

@@ -1,0 +1,103 @@
+"""`echo`, the pure part (checks/kinds/): rows of {"id", "text"}, no options but priority, one stage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, NamedTuple
+
+from checks.claims import ClaimsValidationError
+from checks.contracts import Contract, ItemStatusName, StoredContract
+from checks.ndjson import RowError
+from checks.options import OptionsError
+from checks.recipes import Recipe, RowLimits, StageSpec, register
+
+
+class EchoRow(NamedTuple):
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class EchoOptions:
+    priority: str = "batch"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_options(raw: Mapping[str, Any]) -> EchoOptions:
+    unknown = sorted(set(raw) - {"priority"})
+    if unknown:
+        raise OptionsError(unknown[0], "unknown option (allowed: priority)")
+    priority = str(raw.get("priority") or "batch")
+    if priority not in ("batch", "interactive"):
+        raise OptionsError("priority", "must be batch or interactive")
+    return EchoOptions(priority)
+
+
+def _rows(
+    objs: Iterable[tuple[int, object]], unit: Literal["line", "item"], limits: RowLimits
+) -> list[EchoRow]:
+    rows: list[EchoRow] = []
+    errors: list[RowError] = []
+    for number, obj in objs:
+        if len(rows) + len(errors) >= limits.max_rows:
+            errors.append(RowError(None, None, f"too many rows, the limit is {limits.max_rows}", unit))
+            break
+        if not isinstance(obj, dict):
+            errors.append(RowError(number, None, "must be a JSON object", unit))
+            continue
+        for name in ("id", "text"):
+            if not isinstance(obj.get(name), str) or not obj[name]:
+                errors.append(RowError(number, name, "must be a non-empty string", unit))
+                break
+        else:
+            rows.append(EchoRow(obj["id"], obj["text"]))
+    if errors:
+        raise ClaimsValidationError(errors)
+    return rows
+
+
+def rows_from_lines(lines: Iterable[bytes], limits: RowLimits) -> list[EchoRow]:
+    parsed = ((n, json.loads(line)) for n, line in enumerate(lines, 1) if line.strip())
+    return _rows(parsed, "line", limits)
+
+
+def rows_from_items(items: Sequence[object], limits: RowLimits) -> list[EchoRow]:
+    return _rows(enumerate(items, 1), "item", limits)
+
+
+class EchoResult(Contract):
+    custom_id: str
+    status: ItemStatusName
+    text: str
+    echoed: str | None = None
+
+
+class EchoSummary(StoredContract):
+    kind: Literal["echo"] = "echo"
+    rows: int
+    echoed: int
+    request_counts: dict[str, int] | None = None
+
+
+RECIPE = register(
+    Recipe(
+        name="echo",
+        title="Echo",
+        order=99,
+        stages=(StageSpec("echo", "decisions"),),
+        parse_options=parse_options,
+        rows_from_lines=rows_from_lines,
+        rows_from_items=rows_from_items,
+        result_line=EchoResult,
+        summary=EchoSummary,
+        csv_columns=("custom_id", "status", "echoed"),
+        row_required=("id", "text"),
+        row_fields=("id", "text"),
+        option_names=frozenset({"priority"}),
+        description="echo each text back",
+    )
+)
