@@ -75,7 +75,7 @@ def test_a_new_kind_needs_one_module_per_layer_and_no_table_edit() -> None:
 
 
 def test_echo_runs_end_to_end_through_intake_a_real_worker_finalize_and_the_exports(
-    stack: Stack, echo_kind: None
+    stack: Stack, echo_kind: None, request: pytest.FixtureRequest
 ) -> None:
     assert "echo" in kind_names()
     stack.start_worker(app="tests.kinds.echo_app")
@@ -87,6 +87,7 @@ def test_echo_runs_end_to_end_through_intake_a_real_worker_finalize_and_the_expo
             "instance_path": stack.tmp / "instance",
         }
     )
+    request.addfinalizer(app.extensions["factgate"].engine.dispose)  # its pool's connections closed
     app.testing = True
     client = app.test_client()
     with session_scope(make_session_factory(stack.engine)) as session:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, NamedTuple
 
 from checks.claims import ClaimsValidationError
 from checks.contracts import Contract, ItemStatusName, StoredContract
-from checks.ndjson import RowError
+from checks.ndjson import RowError, RowLine
 from checks.options import OptionsError
 from checks.recipes import Recipe, RowLimits, StageSpec, register
 
@@ -60,9 +60,18 @@ def _rows(
     return rows
 
 
-def rows_from_lines(lines: Iterable[bytes], limits: RowLimits) -> list[EchoRow]:
-    parsed = ((n, json.loads(line)) for n, line in enumerate(lines, 1) if line.strip())
-    return _rows(parsed, "line", limits)
+def _decoded(lines: Iterable[RowLine]) -> Iterator[tuple[int, object]]:
+    """(line number, object) of each row: NDJSON text decoded, a CSV body's records (already objects)
+    as they are; blank lines and the lines that start no CSV record (None) are skipped."""
+    for number, line in enumerate(lines, 1):
+        if isinstance(line, dict):
+            yield number, line
+        elif line is not None and line.strip():
+            yield number, json.loads(line)
+
+
+def rows_from_lines(lines: Iterable[RowLine], limits: RowLimits) -> list[EchoRow]:
+    return _rows(_decoded(lines), "line", limits)
 
 
 def rows_from_items(items: Sequence[object], limits: RowLimits) -> list[EchoRow]:
