@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from models.states import JobStatus
+from checks.states import JobStatus
 
 ENDED = tuple(sorted(JobStatus.ended()))
 
