@@ -306,32 +306,34 @@ def own_db_web(web_settings: dict[str, Any], memory_celery: Celery) -> Iterator[
         drop_pg_database(url)
 
 
-def end_idle_transactions_after_1s(web: WebEnv) -> None:
-    """From now on, Postgres ends any transaction of the app's left idle for more than 1 s."""
+def end_idle_transactions_after_3s(web: WebEnv) -> None:
+    """From now on, Postgres ends any transaction of the app's left idle for more than 3 s."""
     with web.sessions() as s:
         name = s.execute(text("SELECT current_database()")).scalar_one()
-        s.execute(text(f"ALTER DATABASE \"{name}\" SET idle_in_transaction_session_timeout = '1s'"))
+        s.execute(text(f"ALTER DATABASE \"{name}\" SET idle_in_transaction_session_timeout = '3s'"))
         s.commit()
     web.app.extensions["factgate"].engine.dispose()  # new connections take the setting
     with web.sessions() as s:
-        assert s.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one() == "1s"
+        assert s.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one() == "3s"
 
 
 def test_export_read_slower_than_the_idle_transaction_timeout_is_complete(own_db_web: WebEnv) -> None:
-    """The reader pauses 1.5 s inside each 1,000-item chunk: a transaction held across the transfer would
-    be ended by Postgres after 1 s (and the file silently cut); short per-chunk sessions are not. The
+    """The reader pauses 3.5 s inside each 1,000-item chunk: a transaction held across the transfer would
+    be ended by Postgres after 3 s (and the file silently cut); short per-chunk sessions are not. (3 s, not
+    1 s: a chunk's own short transaction builds 1,000 result lines, which took over a second in a CI run
+    on a busy machine.) The
     timeout is set after the job is stored: the upload is not what this test measures (on a busy machine
     its own transaction could sit idle for a second between reads of the body)."""
     web = own_db_web
     caller = web.new_caller()
     jid = claims_job(web, caller, 2_500)
-    end_idle_transactions_after_1s(web)
+    end_idle_transactions_after_3s(web)
     resp = web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers, buffered=False)
     received: list[str] = []
     for piece in resp.response:
         received.append(piece.decode() if isinstance(piece, bytes) else piece)
         if len(received) in {1, 1_001, 2_001}:  # inside each chunk: its session is closed already
-            time.sleep(1.5)
+            time.sleep(3.5)
     resp.close()
     records = ndjson_records("".join(received))
     assert [r["custom_id"] for r in records] == [f"r{i:05d}" for i in range(2_500)]
