@@ -1,9 +1,11 @@
 """Nothing the upstream or our own infrastructure does can wedge an item, bill it twice or lose its record.
 
 Real Postgres, Redis, `celery worker` subprocesses and the simulator over HTTP. Each hostile upstream
-behaviour ends every item done or failed within its tries and the job completes; a Redis that goes away
-for a few seconds (a server of this test's own) fails nothing; a call slower than the lease is not sent
-twice; and under 50 % transient faults the accounting matches what the upstream counted, request by request.
+behaviour ends every item done or failed within its tries and the job completes (these tests share one
+worker and one simulator whose fault is switched per test: the worker's settings are the same for all); a
+Redis that goes away for a few seconds (a server of this test's own) fails nothing; a call slower than the
+lease is not sent twice; and under 50 % transient faults the accounting matches what the upstream counted,
+request by request.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from config import Settings
 from jobs.claims import iter_claim_results
 from jobs.tenancy import create_token
 from models import ApiCall, Item, Job, session_scope
+from simulator.app import simulator_state
 from simulator.config import SimConfig
+from simulator.faults import FaultInjector
 from simulator.server import RunningSimulator, run_in_thread
-from tests.integration.stack import Stack, fresh_database, running_stack
+from tests.integration.stack import SharedStack, Stack, fresh_database, running_stack, shared_stack
 from web.app import create_app
 from workers.app import make_celery
 
@@ -81,6 +85,34 @@ def queue_db() -> Iterator[tuple[str, Engine]]:
         yield db
 
 
+@pytest.fixture(scope="module")
+def _hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningSimulator, SharedStack]]:
+    """One simulator without rate limits and one stack (database, worker) for the hostile-upstream tests."""
+    with (
+        run_in_thread(SimConfig(decisions_rps=0, agent_rps=0, search_rps=0)) as sim,
+        shared_stack(
+            sim.base_url, tmp_path_factory.mktemp("hostile"), FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES)
+        ) as stack,
+    ):
+        yield sim, stack
+
+
+@pytest.fixture
+def hostile(
+    _hostile: tuple[RunningSimulator, SharedStack], request: pytest.FixtureRequest
+) -> Iterator[tuple[SharedStack, str]]:
+    """The shared stack, as this test's own tenant, with the simulator answering every call with the
+    fault the test is parametrized with (`kind`); the fault is switched off again after the test."""
+    sim, stack = _hostile
+    kind = request.node.callspec.params["kind"]
+    state = simulator_state(sim.app)
+    state.faults = FaultInjector(SimConfig(fault_rate=1.0, faults=(kind,)))
+    try:
+        yield stack.for_test(request.node.name), kind
+    finally:
+        state.faults = FaultInjector(SimConfig())
+
+
 def _assert_bounded(stack: Stack, job_id: uuid.UUID, job: Job) -> list[Item]:
     assert job.status == "completed", job.error
     items = _items(stack.engine, job_id)
@@ -105,19 +137,14 @@ def _assert_bounded(stack: Stack, job_id: uuid.UUID, job: Job) -> list[Item]:
     ],
 )
 def test_hostile_upstream_claims_end_within_their_tries(
-    queue_db: tuple[str, Engine], tmp_path: Path, kind: str, expect: str
+    hostile: tuple[SharedStack, str], kind: str, expect: str
 ) -> None:
-    url, engine = queue_db
-    with (
-        run_in_thread(SimConfig(decisions_rps=0, fault_rate=1.0, faults=(kind,))) as sim,
-        running_stack(
-            url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES)
-        ) as stack,
-    ):
-        stack.start_worker(concurrency=4)
-        job_id = stack.submit_claims(_claims(4), {"mode": "grounded"})
-        job = stack.wait_job(job_id, timeout=90)
-        items = _assert_bounded(stack, job_id, job)
+    stack, _ = hostile
+    engine = stack.engine
+    stack.start_worker(concurrency=4)
+    job_id = stack.submit_claims(_claims(4), {"mode": "grounded"})
+    job = stack.wait_job(job_id, timeout=90)
+    items = _assert_bounded(stack, job_id, job)
     assert [i.status for i in items] == [expect] * 4
     for item in items:
         output = item.output or {}
@@ -133,29 +160,20 @@ def test_hostile_upstream_claims_end_within_their_tries(
 
 
 @pytest.mark.parametrize("kind", ["result_nul", "surrogate", "model_long"])
-def test_hostile_upstream_answer_and_quote_jobs_complete(
-    queue_db: tuple[str, Engine], tmp_path: Path, kind: str
-) -> None:
-    url, engine = queue_db
-    with (
-        run_in_thread(
-            SimConfig(decisions_rps=0, agent_rps=0, search_rps=0, fault_rate=1.0, faults=(kind,))
-        ) as sim,
-        running_stack(
-            url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES)
-        ) as stack,
-    ):
-        stack.start_worker(concurrency=4)
-        answer = stack.submit_answer([{"id": "q1", "question": "How deep is the Mariana Trench?"}])
-        quote = stack.submit_quote([{"id": "q1", "question": "How many bones are in the adult human body?"}])
-        for job_id in (answer, quote):
-            job = stack.wait_job(job_id, timeout=120)
-            items = _assert_bounded(stack, job_id, job)
-            question = next(i for i in items if i.parent_id is None)
-            assert question.status == "done" and (question.output or {}).get("report"), question.error
-            # The report's usage is every attempt of the question and its children, as stored.
-            report = (question.output or {})["report"]
-            assert report["usage"]["attempts"] == sum(_calls_by_item(engine, job_id).values()) > 0
+def test_hostile_upstream_answer_and_quote_jobs_complete(hostile: tuple[SharedStack, str], kind: str) -> None:
+    stack, _ = hostile
+    engine = stack.engine
+    stack.start_worker(concurrency=4)
+    answer = stack.submit_answer([{"id": "q1", "question": "How deep is the Mariana Trench?"}])
+    quote = stack.submit_quote([{"id": "q1", "question": "How many bones are in the adult human body?"}])
+    for job_id in (answer, quote):
+        job = stack.wait_job(job_id, timeout=120)
+        items = _assert_bounded(stack, job_id, job)
+        question = next(i for i in items if i.parent_id is None)
+        assert question.status == "done" and (question.output or {}).get("report"), question.error
+        # The report's usage is every attempt of the question and its children, as stored.
+        report = (question.output or {})["report"]
+        assert report["usage"]["attempts"] == sum(_calls_by_item(engine, job_id).values()) > 0
 
 
 def _free_port() -> int:
