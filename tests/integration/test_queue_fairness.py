@@ -4,6 +4,10 @@ What a user sees: a small job of another tenant does not wait for a big job's ba
 1:1:2 share a saturated scope 25/25/50; interactive work of a tenant overtakes its own batch; a cancel stops
 new work at once (only what was already in flight finishes); a slow Agent scope does not hold back
 Decisions work. No timing asserts: every check is an order or a count in the database.
+
+The tests share one worker and database (`_stack`; their settings are the same). Each runs as tenants of its
+own (`Fair.tenant`), reads only the calls made since it started (`Fair.calls_in_order`), and leaves no job
+running behind it.
 """
 
 from __future__ import annotations
@@ -12,11 +16,11 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.control import cancel_job
@@ -25,7 +29,7 @@ from models import ApiCall, Item, Job, session_scope
 from models.db import make_session_factory
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
-from tests.integration.stack import Stack, fresh_database, running_stack
+from tests.integration.stack import ENDED, SharedStack, Stack, shared_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,21 +47,18 @@ def _claims(n: int, prefix: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+@pytest.fixture(scope="module")
+def _stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
     with (
-        fresh_database() as (url, engine),
         run_in_thread(
             SimConfig(decisions_rps=RATE, agent_rps=AGENT_RATE, search_rps=0, latency_s=0.05)
         ) as sim,
         # A headroom of 5 % (2 % by default) keeps the calls 50 ms inside each second of the simulator's
         # window: on a busy machine a late thread would otherwise draw a 429, and its retry adds a call to the
         # order these tests read.
-        running_stack(
-            url,
-            engine,
+        shared_stack(
             sim.base_url,
-            tmp_path,
+            tmp_path_factory.mktemp("fairness"),
             FACTGATE_DECISIONS_RPS=str(RATE),
             FACTGATE_AGENT_RPS=str(AGENT_RATE),
             FACTGATE_LIMITER_HEADROOM="0.05",
@@ -67,10 +68,53 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         yield st
 
 
-def _calls_in_order(engine: Engine) -> list[uuid.UUID]:
-    """The job of every upstream attempt, in the order they were recorded."""
-    with Session(engine) as s:
-        return [jid for (jid,) in s.execute(select(ApiCall.job_id).order_by(ApiCall.id))]
+@dataclass
+class Fair:
+    """The module's stack as one test sees it: its own tenants, and the calls made since it began."""
+
+    stack: SharedStack
+    token: str
+    first_call: int
+
+    def tenant(self, name: str) -> str:
+        return f"{name}-{self.token}"
+
+    def calls_in_order(self) -> list[uuid.UUID]:
+        """The job of every upstream attempt since the test began, in the order they were recorded."""
+        with Session(self.stack.engine) as s:
+            rows = s.execute(select(ApiCall.job_id).where(ApiCall.id > self.first_call).order_by(ApiCall.id))
+            return [jid for (jid,) in rows]
+
+    def end(self, job_id: uuid.UUID) -> None:
+        """Cancel a backlog whose part in the test is over (its last calls would only take time) and wait
+        until it has ended: the next test starts on an idle scope."""
+        factory = make_session_factory(self.stack.engine)
+        with session_scope(factory) as s:
+            job = s.get(Job, job_id)
+            assert job is not None
+            cancel_job(s, job)
+        assert self.stack.wait_job(job_id, timeout=60).status in ("cancelled", "completed")
+
+    def wait_order(self, n: int) -> list[uuid.UUID]:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            order = self.calls_in_order()
+            if len(order) >= n:
+                return order
+            time.sleep(0.1)
+        raise TimeoutError(f"fewer than {n} calls")
+
+
+@pytest.fixture
+def fair(_stack: SharedStack, request: pytest.FixtureRequest) -> Iterator[Fair]:
+    with Session(_stack.engine) as s:
+        first_call = s.scalar(select(func.max(ApiCall.id))) or 0
+    token = uuid.uuid4().hex[:8]
+    _stack.tenant = f"acme-{token}"  # whose jobs submit_* makes when a test names no tenant
+    yield Fair(_stack, token, first_call)
+    with Session(_stack.engine) as s:
+        live = s.scalar(select(func.count()).where(Job.status.not_in(ENDED))) or 0
+    assert live == 0, "a fairness test left a job running; the next one would share the scope with it"
 
 
 def _wait_calls(stack: Stack, job_id: uuid.UUID, n: int) -> None:
@@ -83,20 +127,11 @@ def _wait_calls(stack: Stack, job_id: uuid.UUID, n: int) -> None:
     raise TimeoutError(f"job {job_id} made fewer than {n} calls")
 
 
-def _wait_order(stack: Stack, n: int) -> list[uuid.UUID]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        order = _calls_in_order(stack.engine)
-        if len(order) >= n:
-            return order
-        time.sleep(0.1)
-    raise TimeoutError(f"fewer than {n} calls")
-
-
-def test_a_small_job_of_another_tenant_does_not_wait_for_a_big_backlog(stack: Stack) -> None:
-    big = stack.submit_claims(_claims(300, "big"), {"mode": "ungrounded"}, tenant="nightly")
+def test_a_small_job_of_another_tenant_does_not_wait_for_a_big_backlog(fair: Fair) -> None:
+    stack = fair.stack
+    big = stack.submit_claims(_claims(300, "big"), {"mode": "ungrounded"}, tenant=fair.tenant("nightly"))
     _wait_calls(stack, big, 20)  # the big job holds the scope
-    small = stack.submit_claims(_claims(10, "small"), {"mode": "ungrounded"}, tenant="cli-user")
+    small = stack.submit_claims(_claims(10, "small"), {"mode": "ungrounded"}, tenant=fair.tenant("cli-user"))
     done_small = stack.wait_job(small, timeout=60)
     with Session(stack.engine) as s:
         big_left = s.scalar(select(func.count()).where(Item.job_id == big, Item.status == "pending")) or 0
@@ -105,27 +140,28 @@ def test_a_small_job_of_another_tenant_does_not_wait_for_a_big_backlog(stack: St
     assert big_status == "in_progress" and big_left > 100  # the small job did not wait for the backlog
     # It took every other freed slot (two tenants, equal weights): its 10 calls lie within the calls already
     # in flight when it arrived plus twice its own size.
-    order = _calls_in_order(stack.engine)
+    order = fair.calls_in_order()
     mine = [n for n, job in enumerate(order) if job == small]
     assert len(mine) == 10 and mine[-1] - mine[0] <= PIPELINE + 2 * 10 + 4, mine
-    stack.wait_job(big, timeout=120)
+    fair.end(big)
 
 
-def test_weights_1_1_2_share_a_saturated_scope_25_25_50(stack: Stack) -> None:
+def test_weights_1_1_2_share_a_saturated_scope_25_25_50(fair: Fair) -> None:
+    stack = fair.stack
     factory = make_session_factory(stack.engine)
     with session_scope(factory) as s:
         for name, weight in (("light-a", 1.0), ("light-b", 1.0), ("heavy", 2.0)):
-            get_or_create_tenant(s, name)
-            set_tenant(s, name, weight=weight)
+            get_or_create_tenant(s, fair.tenant(name))
+            set_tenant(s, fair.tenant(name), weight=weight)
     jobs = {
-        name: stack.submit_claims(_claims(120, name), {"mode": "ungrounded"}, tenant=name)
+        name: stack.submit_claims(_claims(120, name), {"mode": "ungrounded"}, tenant=fair.tenant(name))
         for name in ("light-a", "light-b", "heavy")
     }
     for job_id in jobs.values():
         _wait_calls(stack, job_id, 1)
     # From the moment all three run, past what was already in flight, while all three are backlogged.
-    start = max(_calls_in_order(stack.engine).index(j) for j in jobs.values()) + PIPELINE
-    order = _wait_order(stack, start + 120)
+    start = max(fair.calls_in_order().index(j) for j in jobs.values()) + PIPELINE
+    order = fair.wait_order(start + 120)
     window = order[start : start + 120]
     counts = Counter(window)
     shares = {name: counts[job_id] / len(window) for name, job_id in jobs.items()}
@@ -133,29 +169,31 @@ def test_weights_1_1_2_share_a_saturated_scope_25_25_50(stack: Stack) -> None:
     assert abs(shares["light-a"] - 0.25) <= 0.10 and abs(shares["light-b"] - 0.25) <= 0.10
     assert abs(shares["heavy"] - 0.50) <= 0.10
     for job_id in jobs.values():
-        assert stack.wait_job(job_id, timeout=120).status == "completed"
+        fair.end(job_id)
 
 
-def test_interactive_work_overtakes_its_own_tenants_batch(stack: Stack) -> None:
-    batch = stack.submit_claims(_claims(200, "batch"), {"mode": "ungrounded"}, tenant="acme")
+def test_interactive_work_overtakes_its_own_tenants_batch(fair: Fair) -> None:
+    stack = fair.stack
+    batch = stack.submit_claims(_claims(200, "batch"), {"mode": "ungrounded"}, tenant=fair.tenant("acme"))
     _wait_calls(stack, batch, 10)
     interactive = stack.submit_claims(
-        _claims(20, "now"), {"mode": "ungrounded", "priority": "interactive"}, tenant="acme"
+        _claims(20, "now"), {"mode": "ungrounded", "priority": "interactive"}, tenant=fair.tenant("acme")
     )
     assert stack.wait_job(interactive, timeout=60).status == "completed"
     # Interactive took ~9 of every 10 of the tenant's freed slots: its 20 calls lie within what was in flight
     # when it arrived plus 20 / 0.9; batch still got the odd slot.
-    order = _calls_in_order(stack.engine)
+    order = fair.calls_in_order()
     mine = [n for n, job in enumerate(order) if job == interactive]
     span = order[mine[0] : mine[-1] + 1]
     assert len(mine) == 20 and len(span) <= PIPELINE + 23 + 4, Counter(span)
     assert span.count(batch) >= 1  # batch is slowed, never starved
     with Session(stack.engine) as s:
         assert s.scalar(select(Job.status).where(Job.id == batch)) == "in_progress"
-    stack.wait_job(batch, timeout=120)
+    fair.end(batch)
 
 
-def test_cancel_stops_new_work_and_only_what_was_in_flight_finishes(stack: Stack) -> None:
+def test_cancel_stops_new_work_and_only_what_was_in_flight_finishes(fair: Fair) -> None:
+    stack = fair.stack
     job_id = stack.submit_claims(_claims(300, "cancel"), {"mode": "ungrounded"})
     _wait_calls(stack, job_id, 30)
     factory = make_session_factory(stack.engine)
@@ -184,15 +222,16 @@ def test_cancel_stops_new_work_and_only_what_was_in_flight_finishes(stack: Stack
     assert statuses["skipped"] >= 300 - calls_at_cancel - in_flight
 
 
-def test_a_slow_agent_scope_does_not_hold_back_decisions_work(stack: Stack) -> None:
+def test_a_slow_agent_scope_does_not_hold_back_decisions_work(fair: Fair) -> None:
     """Answer questions wait for the Agent scope (one call every 5 s here); a claims job beside them runs at
     the Decisions rate, because the Agent scope holds at most its own few items (and threads) in flight."""
+    stack = fair.stack
     answer = stack.submit_answer(
         [{"id": f"q{i}", "question": "How deep is the Mariana Trench?"} for i in range(8)]
     )
     # 40 claims take about 2 s at 20/s, well inside the 8 s the Agent scope needs for its questions even when
     # a busy machine halves the pace (80 did not always finish first there).
-    claims = stack.submit_claims(_claims(40, "beside"), {"mode": "ungrounded"}, tenant="acme")
+    claims = stack.submit_claims(_claims(40, "beside"), {"mode": "ungrounded"}, tenant=fair.tenant("acme"))
     assert stack.wait_job(claims, timeout=60).status == "completed"
     with Session(stack.engine) as s:
         questions = Counter(
