@@ -76,9 +76,11 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         return False  # someone else is finalizing it right now
     session.refresh(job)
     try:
-        summary = build_summary(session, job)
-        summary["request_counts"] = counts.as_dict()
-        values: dict[str, Any] = {"summary": summary, "usage": usage_totals(session, job_id)}
+        values: dict[str, Any] = {"summary": None, "usage": usage_totals(session, job_id)}
+        if counts.total:  # a job cancelled before its items were built has nothing to summarize
+            summary = build_summary(session, job)
+            summary["request_counts"] = counts.as_dict()
+            values["summary"] = summary
         if cancelling:
             values.update(status=JobStatus.CANCELLED, cancelled_at=utcnow())
         else:
