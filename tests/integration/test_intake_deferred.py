@@ -25,8 +25,10 @@ from sqlalchemy.orm import aliased
 
 from jobs.bulk_load import Built, build_staged
 from jobs.finalize import maybe_finalize
+from jobs.sweeper import stale_validating
 from models import Item, Job, WebhookDelivery, intake_rows, session_scope
 from tests.integration.test_api_intake import Unchanged, error_of
+from tests.integration.test_pages import html, sign_in
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     ROWS,
     Caller,
@@ -252,8 +254,6 @@ def test_the_sweeper_only_restarts_validating_jobs_nobody_is_building(
 ) -> None:
     """`stale_validating` lists a validating job once it is older than the grace, and not while a build
     holds its row."""
-    from jobs.sweeper import stale_validating  # noqa: PLC0415 - the one test of it here
-
     job = deferring.client.post(
         "/v1/jobs?kind=claims", data=ndjson(CLAIM_ROWS), headers=caller.ndjson_headers()
     ).get_json()
@@ -274,8 +274,6 @@ def test_the_sweeper_only_restarts_validating_jobs_nobody_is_building(
 def test_the_job_page_shows_a_validating_job_and_one_cancelled_before_its_items(
     deferring: WebEnv, caller: Caller
 ) -> None:
-    from tests.integration.test_pages import html, sign_in  # noqa: PLC0415 - page helpers
-
     job = deferring.client.post(
         "/v1/jobs?kind=claims", data=ndjson(CLAIM_ROWS), headers=caller.ndjson_headers()
     ).get_json()
