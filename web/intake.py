@@ -38,7 +38,7 @@ from config import Settings
 from jobs.bulk_load import build_items
 from jobs.intake import UnitSpec, create_job, find_idempotent, finish_streamed_job, insert_job
 from jobs.kinds import job_kind
-from jobs.quotas import check_items, check_submission
+from jobs.quotas import check_items, check_submission, item_quota
 from models import Job, Tenant, utcnow
 from web.body import Readable, drain, iter_body_lines, read_json_body
 from web.errors import invalid, too_large
@@ -463,7 +463,7 @@ def submit_stream(
             options=options,
             lines=lines,
             settings=settings,
-            quota=lambda items: check_items(tenant, items),
+            quota=item_quota(tenant),
         )
     except CsvError as exc:
         raise csv_error(exc) from None

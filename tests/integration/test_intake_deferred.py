@@ -150,6 +150,7 @@ def test_a_deferred_build_makes_the_items_the_synchronous_path_makes(
         ("c6", "grounded"): ("c2", "grounded"),
     }
     assert staged(deferring, b["id"]) == 0
+    assert {r[5]["claim"] for r in built if r[2] == "c7"} == {CLAIM_ROWS[-1]["claim"]}  # COPY escapes undone
     job = deferring.job(b["id"])
     assert job.status == "queued" and job.queued_at is not None and job.total_items == 14
     after = deferring.client.get(f"/v1/jobs/{b['id']}", headers=caller.headers).get_json()
