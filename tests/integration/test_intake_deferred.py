@@ -286,3 +286,12 @@ def test_the_job_page_shows_a_validating_job_and_one_cancelled_before_its_items(
         assert maybe_finalize(s, uuid.UUID(job["id"]))
     page = html(deferring.client.get(f"/jobs/{job['id']}"))
     assert "cancelled" in page and 'data-field="count-total">0<' in page
+
+
+def test_a_validating_job_cannot_be_retried(deferring: WebEnv, caller: Caller) -> None:
+    job = deferring.client.post(
+        "/v1/jobs?kind=claims", data=ndjson(CLAIM_ROWS), headers=caller.ndjson_headers()
+    ).get_json()
+    err = error_of(deferring.client.post(f"/v1/jobs/{job['id']}/retry", headers=caller.headers), 409)
+    assert "validating" in err["message"]
+    assert deferring.job(job["id"]).status == "validating"
