@@ -118,8 +118,14 @@ class QueryPart:
 
 
 def is_data_url(s: str) -> bool:
-    """The gateway skips a part that starts with `data:` after Go's TrimSpace (not Python's strip)."""
-    return s.strip(GO_TRIM_SPACE)[:5].lower() == "data:"
+    """The gateway skips a part that starts with `data:` after Go's TrimSpace (not Python's strip).
+
+    Only the leading trim decides the prefix (what TrimSpace removes at the end cannot turn a text into
+    one starting with "data:"), and a text that does not start with trimmed space is not copied at all:
+    intake asks this of every claim of a million-row batch."""
+    if s and s[0] not in GO_TRIM_SPACE:
+        return s[:5].lower() == "data:"
+    return s.lstrip(GO_TRIM_SPACE)[:5].lower() == "data:"
 
 
 def search_query(state: str, question: Mapping[str, object]) -> str:

@@ -30,8 +30,10 @@ class JobStatus(StrEnum):
 
     @classmethod
     def live(cls) -> frozenset[JobStatus]:
-        """Stored and not ended: the sweeper looks after these, and they count against a tenant's quota."""
-        return frozenset({cls.QUEUED, cls.IN_PROGRESS, cls.FINALIZING, cls.CANCELLING})
+        """Stored and not ended: the sweeper looks after these, they count against a tenant's quota and the
+        pages poll them. `validating` is one: a large streamed job answered 202 whose items are being built
+        from its staged rows (jobs/bulk_load.py)."""
+        return frozenset({cls.VALIDATING, cls.QUEUED, cls.IN_PROGRESS, cls.FINALIZING, cls.CANCELLING})
 
     @classmethod
     def running(cls) -> frozenset[JobStatus]:

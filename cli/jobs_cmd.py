@@ -49,6 +49,8 @@ def status_line(job: dict[str, Any]) -> str:
 
 def schedule_line(job: dict[str, Any]) -> str | None:
     """Where a live job stands with the scheduler: why it waits, or its share and ETA (None once ended)."""
+    if job.get("status") == "validating":
+        return "validating: every row was accepted; its requests are being created, then it is queued"
     view = job.get("schedule") or {}
     if not view:
         return None
@@ -196,7 +198,7 @@ def _check_complete(job_id: str, fmt: str, last: str) -> None:
 @click.argument("job_id", metavar="JOB")
 @_server_options
 def cancel(job_id: str, server: str | None, token: str | None) -> None:
-    """Cancel a queued or running job: pending items are skipped, running ones finish."""
+    """Cancel a validating, queued or running job: pending items are skipped, running ones finish."""
     with open_target(server_from(server), token_from(token)) as target:
         job = target.client.cancel(job_id)
     click.echo(status_line(job))

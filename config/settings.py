@@ -86,6 +86,9 @@ class Settings:
     max_body_bytes: int = 256 * 1024 * 1024
     # A JSON body is parsed whole before its rows are counted: bounded well below NDJSON's limit.
     max_json_body_bytes: int = 8 * 1024 * 1024
+    # A streamed body of more rows than this answers 202 as `validating` before its items exist; the
+    # `start_job` task builds them (jobs/bulk_load.py). Up to it, the items are built before the answer.
+    intake_defer_rows: int = 50_000
 
     # Queue behaviour.
     chord_size: int = 50  # most items in one chord (a window the dispatcher sends for one job)
@@ -131,6 +134,8 @@ class Settings:
             raise ValueError(
                 f"FACTGATE_TRUST_PROXY is a number of proxies (0 or more), got {self.trust_proxy}"
             )
+        if self.intake_defer_rows < 0:
+            raise ValueError(f"FACTGATE_INTAKE_DEFER_ROWS must be 0 or more, got {self.intake_defer_rows}")
         if self.hsts_max_age_s < 0:
             raise ValueError(f"FACTGATE_HSTS_MAX_AGE_S must be 0 or more, got {self.hsts_max_age_s}")
         # A headroom of 1 or more would turn every limit into "0 requests/s", which the limiter reads as
@@ -201,6 +206,7 @@ class Settings:
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 256 * 1024 * 1024),
             max_json_body_bytes=_int(e, "FACTGATE_MAX_JSON_BODY_BYTES", 8 * 1024 * 1024),
+            intake_defer_rows=_int(e, "FACTGATE_INTAKE_DEFER_ROWS", 50_000),
             chord_size=_int(e, "FACTGATE_CHORD_SIZE", 50),
             dispatch_interval_s=_float(e, "FACTGATE_DISPATCH_INTERVAL_S", 0.05),
             dispatch_max_in_flight=_int(e, "FACTGATE_DISPATCH_MAX_IN_FLIGHT", 64),

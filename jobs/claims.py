@@ -22,6 +22,7 @@ from checks.recipes import RowLimits
 from jobs import bulk_load
 from jobs.intake import UnitSpec, dedupe_key
 from jobs.keyset import page_rows
+from jobs.kinds import Staged
 from models import Item, Job
 
 
@@ -309,16 +310,25 @@ def load_claim_rows(
     *,
     limits: RowLimits,
     quota: Callable[[int], None],
-) -> tuple[int, list[str]]:
-    """The claims kind's streamed intake (`jobs.kinds.StreamLoad`): each valid row is copied as it is read,
-    then an item per claim and mode is made in SQL and repeats are linked."""
+) -> Staged:
+    """The claims kind's streamed intake (`jobs.kinds.StreamLoad`): each valid row is staged as it is read
+    (whether it fits its grounding query decided here); `build_claim_items` makes the items."""
     modes = options.modes
-    with bulk_load.StagedRows(session) as staged:
+    with bulk_load.StagedRows(session, job.id) as staged:
         stager = _ClaimStager(staged, len(modes), "grounded" in modes, quota)
         claim_rules.stream_rows(
             lines, stager, max_rows=limits.max_rows, max_claim_bytes=limits.max_claim_bytes
         )
-    items = bulk_load.insert_claim_items(session, job.id, model=options.model, modes=modes)
-    bulk_load.link_repeats(session, job.id)
     warnings = [outside_query_warning(stager.outside, stager.outside_ids)] if stager.outside else []
-    return items, warnings
+    return Staged(rows=staged.count, items=stager.items, warnings=warnings)
+
+
+def build_claim_items(session: Session, job: Job) -> int:
+    """An item per staged claim and mode, made in SQL, and repeats linked (`jobs.kinds.JobKind.build`)."""
+    opts = job.options
+    modes = claim_rules.modes_for(opts.get("mode", "grounded"))
+    items = bulk_load.insert_claim_items(
+        session, job.id, model=opts.get("model") or DEFAULT_MODEL, modes=modes
+    )
+    bulk_load.link_repeats(session, job.id)
+    return items

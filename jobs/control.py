@@ -16,12 +16,14 @@ class JobStateError(Exception):
 def cancel_job(session: Session, job: Job) -> bool:
     """Stop a live job: pending items are skipped now, running items finish, then it is cancelled.
 
+    A `validating` job has no items yet: it becomes `cancelling` with none, its build never runs
+    (jobs/bulk_load.py:build_staged deletes its staged rows instead) and finalize ends it `cancelled`.
     Returns False when the job had already ended (nothing to cancel).
     """
     now = utcnow()
     result = session.execute(
         update(Job)
-        .where(Job.id == job.id, Job.status.in_(("validating", "queued", "in_progress")))
+        .where(Job.id == job.id, Job.status.in_(sorted(JobStatus.cancellable())))
         .values(status="cancelling", cancelling_at=now)
     )
     if not getattr(result, "rowcount", 0):

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from jobs.bulk_load import drop_staged
 from jobs.kinds import job_kind
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
@@ -56,8 +57,10 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     ):
         return False
     counts = request_counts(session, job_id)
-    if counts.total == 0:
-        return False  # intake has not stored the items yet (every job has at least one)
+    if counts.total == 0 and job.status != JobStatus.CANCELLING:
+        # Its items are not built yet (a `validating` job: jobs/bulk_load.py). A job cancelled while
+        # validating never gets any: it ends here with none, its staged rows deleted (below).
+        return False
     if not counts.all_terminal or not ready_to_finalize(session, job):
         return False
     now = utcnow()
@@ -73,9 +76,11 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         return False  # someone else is finalizing it right now
     session.refresh(job)
     try:
-        summary = build_summary(session, job)
-        summary["request_counts"] = counts.as_dict()
-        values: dict[str, Any] = {"summary": summary, "usage": usage_totals(session, job_id)}
+        values: dict[str, Any] = {"summary": None, "usage": usage_totals(session, job_id)}
+        if counts.total:  # a job cancelled before its items were built has nothing to summarize
+            summary = build_summary(session, job)
+            summary["request_counts"] = counts.as_dict()
+            values["summary"] = summary
         if cancelling:
             values.update(status=JobStatus.CANCELLED, cancelled_at=utcnow())
         else:
@@ -91,6 +96,8 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     # Every item is terminal and stays so while the job is ended (a retry reopens the job first), so these
     # counts stay true: lists and status reads of the ended job use them instead of counting its items.
     values["request_counts"] = counts.as_dict()
+    if counts.total == 0:
+        drop_staged(session, job_id)  # cancelled while validating, and its build never ran
     session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.FINALIZING).values(**values))
     session.refresh(job)
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)

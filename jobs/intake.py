@@ -19,7 +19,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import Item, Job, utcnow
+from models import Item, Job, JobStatus, utcnow
 
 if TYPE_CHECKING:
     import psycopg
@@ -167,12 +167,23 @@ def insert_job(
 
 
 def finish_streamed_job(
-    session: Session, job: Job, *, total_items: int, warnings: Sequence[str], submission_sha256: str | None
+    session: Session,
+    job: Job,
+    *,
+    total_items: int,
+    warnings: Sequence[str],
+    submission_sha256: str | None,
+    validating: bool = False,
 ) -> None:
-    """What a streamed submission knows only at the end of its body: item count, warnings, fingerprint."""
+    """What a streamed submission knows only at the end of its body: item count, warnings, fingerprint;
+    and, `validating`, that its items are still to be built from its staged rows (by `start_job`, through
+    jobs/bulk_load.py:build_staged, which queues it)."""
     job.total_items = total_items
     job.warnings = list(warnings)
     job.submission_sha256 = submission_sha256
+    if validating:
+        job.status = JobStatus.VALIDATING
+        job.queued_at = None
     session.flush()
 
 

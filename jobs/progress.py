@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import Item, Job
+from models import Item, Job, JobStatus
 
 ENDED = ("completed", "cancelled", "failed")
 
@@ -79,9 +79,19 @@ def stored_counts(job: Job) -> RequestCounts | None:
         return None
 
 
+def validating_counts(job: Job) -> RequestCounts | None:
+    """A `validating` job's counts: its items are not built yet, so the ones it will have (counted at
+    intake), all pending. None for a job in any other state."""
+    if job.status != JobStatus.VALIDATING:
+        return None
+    return RequestCounts(
+        total=job.total_items, completed=0, failed=0, skipped=0, pending=job.total_items, running=0
+    )
+
+
 def job_counts(session: Session, job: Job) -> RequestCounts:
-    """One job's counts: stored for an ended job, counted for a live one."""
-    return stored_counts(job) or request_counts(session, job.id)
+    """One job's counts: stored for an ended job, counted for a live one (announced while validating)."""
+    return stored_counts(job) or validating_counts(job) or request_counts(session, job.id)
 
 
 def jobs_counts(session: Session, jobs: Iterable[Job]) -> dict[uuid.UUID, RequestCounts]:
@@ -89,7 +99,7 @@ def jobs_counts(session: Session, jobs: Iterable[Job]) -> dict[uuid.UUID, Reques
     out: dict[uuid.UUID, RequestCounts] = {}
     counted: list[uuid.UUID] = []
     for job in jobs:
-        stored = stored_counts(job)
+        stored = stored_counts(job) or validating_counts(job)
         if stored is None:
             counted.append(job.id)
         else:

@@ -36,7 +36,7 @@ from checks.recipes import RowLimits, recipe_for
 from jobs import bulk_load
 from jobs.intake import UnitSpec
 from jobs.keyset import page_rows
-from jobs.kinds import KINDS, JobKind, StageMachine
+from jobs.kinds import KINDS, JobKind, Staged, StageMachine
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
 
@@ -86,6 +86,7 @@ def staged_kind(name: str, machine: StageMachine) -> JobKind:
         machine=machine,
         ready=lambda session, job: questions_ready(session, job.id),
         load=load_question_rows,
+        build=build_question_items,
     )
 
 
@@ -111,17 +112,21 @@ def load_question_rows(
     *,
     limits: RowLimits,
     quota: Callable[[int], None],
-) -> tuple[int, list[str]]:
-    """A staged kind's streamed intake (`jobs.kinds.StreamLoad`): each valid question is copied as it is
-    read, then one entry item is made per question, as `question_units` would."""
-    recipe = recipe_for(job.kind)
-    with bulk_load.StagedRows(session) as staged:
+) -> Staged:
+    """A staged kind's streamed intake (`jobs.kinds.StreamLoad`): each valid question is staged as it is
+    read; `build_question_items` makes the entry items."""
+    with bulk_load.StagedRows(session, job.id) as staged:
         stager = _QuestionStager(staged, quota)
         question_rules.stream_question_rows(lines, stager, max_rows=limits.max_rows)
-    items = bulk_load.insert_question_items(
+    return Staged(rows=staged.count, items=stager.items, warnings=[])
+
+
+def build_question_items(session: Session, job: Job) -> int:
+    """One entry item per staged question, as `question_units` would make it (`jobs.kinds.JobKind.build`)."""
+    recipe = recipe_for(job.kind)
+    return bulk_load.insert_question_items(
         session, job.id, kind=job.kind, stage=recipe.entry_stage, endpoint=recipe.stages[0].endpoint
     )
-    return items, []
 
 
 @dataclass(frozen=True)

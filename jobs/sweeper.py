@@ -1,13 +1,15 @@
-"""The sweeper's database side: expired leases back to pending, and which jobs are still live."""
+"""The sweeper's database side: expired leases back to pending, which jobs are still live, and which
+`validating` jobs lost their `start_job` message."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from models import JOB_LIVE_STATUSES, Item, Job, utcnow
+from models import JOB_LIVE_STATUSES, Item, Job, JobStatus, utcnow
 
 
 def expire_leases(session: Session) -> int:
@@ -28,4 +30,23 @@ def live_job_ids(session: Session) -> list[uuid.UUID]:
     """Jobs that are not finished yet (the sweeper looks at each)."""
     return list(
         session.scalars(select(Job.id).where(Job.status.in_(JOB_LIVE_STATUSES)).order_by(Job.created_at))
+    )
+
+
+def stale_validating(session: Session, older_than_s: float) -> list[uuid.UUID]:
+    """`validating` jobs created more than `older_than_s` ago whose items nobody is building right now: the
+    sweeper sends `start_job` for each again (its message was lost — a broker outage at submit, a flushed
+    Redis, a worker killed mid-build, whose transaction rolled back).
+
+    A build holds its job row locked (jobs/bulk_load.py:build_staged); `SKIP LOCKED` leaves those out, so a
+    build that takes longer than `older_than_s` is not sent twice. Should a second message arrive anyway, it
+    finds the job locked or queued and does nothing."""
+    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    return list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.status == JobStatus.VALIDATING, Job.created_at < cutoff)
+            .order_by(Job.created_at)
+            .with_for_update(skip_locked=True)
+        )
     )

@@ -10,6 +10,7 @@ from models.jobs import (
     ApiCall,
     Item,
     Job,
+    intake_rows,
 )
 from models.sessions import SESSION_END_REASONS, WebSession
 from models.states import ItemStatus, JobStatus, Stage
@@ -37,6 +38,7 @@ __all__ = [
     "WebhookAttempt",
     "WebhookDelivery",
     "autocommit_scope",
+    "intake_rows",
     "make_engine",
     "make_session_factory",
     "session_scope",

@@ -12,12 +12,14 @@ from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    Column,
     Computed,
     Float,
     ForeignKey,
     Index,
     Integer,
     String,
+    Table,
     Text,
     UniqueConstraint,
     Uuid,
@@ -230,3 +232,21 @@ class ApiCall(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# The rows of a streamed submission, staged by COPY as they are validated (jobs/bulk_load.py), until its
+# items are built from them (at intake for a small job, by `start_job` for a large one). No primary key and
+# no foreign key: see migration 0009. A Core table, not a mapped class: only bulk_load reads and writes it.
+intake_rows = Table(
+    "intake_rows",
+    Base.metadata,
+    Column("job_id", Uuid, nullable=False),
+    Column("row", Integer, nullable=False),
+    Column("id", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("label", Boolean),
+    Column("kind", Text),
+    Column("source", Text),
+    Column("in_query", Boolean),
+    Index("ix_intake_rows_job", "job_id"),
+)

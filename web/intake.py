@@ -11,8 +11,10 @@ Three body formats carry the same submission:
 Each job kind's recipe (checks/kinds/) is its intake (`RecipeIntake`, in `KINDS`). NDJSON and CSV bodies
 of a kind with a streamed loader (`jobs.kinds.JobKind.load`) are streamed: the job row is inserted first,
 in the request's transaction, and each row goes into a Postgres COPY as soon as it is validated
-(jobs/bulk_load.py), so a 1,000,000-row body is never held whole, as bytes or as rows. A bad row anywhere
-rolls everything back: nothing is stored. The cheap checks (kind, options, metadata) run before the first
+(jobs/bulk_load.py), so a 1,000,000-row body is never held whole, as bytes or as rows. Up to
+`FACTGATE_INTAKE_DEFER_ROWS` rows the items are built before the answer; above it the job answers 202 as
+`validating` and the `start_job` task builds them. A bad row anywhere rolls everything back: nothing is
+stored. The cheap checks (kind, options, metadata) run before the first
 line is read, so a typo in a query parameter fails at once instead of after an 80 MB upload.
 """
 
@@ -33,9 +35,10 @@ from checks.ndjson import RowLine
 from checks.options import OptionsError
 from checks.recipes import RowLimits, kind_names, recipe_for
 from config import Settings
+from jobs.bulk_load import build_items
 from jobs.intake import UnitSpec, create_job, find_idempotent, finish_streamed_job, insert_job
 from jobs.kinds import job_kind
-from jobs.quotas import check_items, check_submission
+from jobs.quotas import check_items, check_submission, item_quota
 from models import Job, Tenant, utcnow
 from web.body import Readable, drain, iter_body_lines, read_json_body
 from web.errors import invalid, too_large
@@ -87,15 +90,16 @@ class KindIntake(Protocol):
         quota: Callable[[int], None],
     ) -> LoadedRows:
         """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
-        into `job`'s items as it is read (Postgres).
+        into the staging table under `job`'s id as it is read (Postgres; jobs/bulk_load.py builds the items).
         `quota(items)` is called with the running item count and raises when it is over the quota."""
         ...
 
 
 @dataclass(frozen=True)
 class LoadedRows:
-    """What a streamed load stored: the item count and the intake warnings."""
+    """What a streamed load staged: the rows, the items they make and the intake warnings."""
 
+    rows: int
     items: int
     warnings: list[str]
 
@@ -193,10 +197,10 @@ class RecipeIntake:
         if loader is None:
             raise TypeError(f"kind {self.kind!r} has no streamed loader (check `streams` first)")
         try:
-            items, warnings = loader(session, job, options, lines, limits=_limits(settings), quota=quota)
+            staged = loader(session, job, options, lines, limits=_limits(settings), quota=quota)
         except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=False) from None
-        return LoadedRows(items=items, warnings=warnings)
+        return LoadedRows(rows=staged.rows, items=staged.items, warnings=staged.warnings)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
         try:
@@ -376,7 +380,9 @@ JSON_TOO_LARGE_HINT = "; send large batches as NDJSON (application/x-ndjson) or 
 class Submission:
     """What `submit_stream` did. `created` False: the Idempotency-Key's job, returned as it was (the
     caller compares `fingerprint` with it: `jobs.intake.same_submission`). When `created` is True the
-    job and its items are flushed but not committed: the caller commits, then enqueues `start_job`."""
+    job and its items (or, for a streamed body of more than `FACTGATE_INTAKE_DEFER_ROWS` rows, the job
+    `validating` and its staged rows) are flushed but not committed: the caller commits, then enqueues
+    `start_job`, which builds a validating job's items."""
 
     job: Job
     created: bool
@@ -457,17 +463,23 @@ def submit_stream(
             options=options,
             lines=lines,
             settings=settings,
-            quota=lambda items: check_items(tenant, items),
+            quota=item_quota(tenant),
         )
     except CsvError as exc:
         raise csv_error(exc) from None
     drain(body, limit, body.bytes_read)
+    # A small job's items are built now, in this transaction, as they always were; a large one is committed
+    # `validating` with its rows staged, and `start_job` builds its items after the 202 (jobs/bulk_load.py).
+    deferred = loaded.rows > settings.intake_defer_rows
+    if not deferred:
+        build_items(session, job)
     finish_streamed_job(
         session,
         job,
         total_items=loaded.items,
         warnings=loaded.warnings,
         submission_sha256=fingerprint.hexdigest(),
+        validating=deferred,
     )
     return Submission(job, True, fingerprint.hexdigest())
 

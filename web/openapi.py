@@ -194,7 +194,14 @@ SCHEMAS: dict[str, Any] = {
             "id": {"type": "string", "format": "uuid"},
             "object": {"const": "job"},
             "kind": {"type": "string", "enum": []},
-            "status": {"type": "string", "enum": list(JOB_STATUSES)},
+            "status": {
+                "type": "string",
+                "enum": list(JOB_STATUSES),
+                "description": "`validating`: a large streamed submission was accepted (every row valid) and "
+                "its items are being built; `request_counts` already counts them, all pending, and the job "
+                "moves on to `queued` by itself. Then `queued`, `in_progress`, `finalizing`, and one of "
+                "`completed`, `cancelled`, `failed`; `cancelling` after a cancel.",
+            },
             "options": {"type": "object", "description": "The validated options, defaults filled in."},
             "metadata": _ref("Metadata"),
             "warnings": {"type": "array", "items": {"type": "string"}},
@@ -479,7 +486,9 @@ PATHS: dict[str, Any] = {
                 "Rows are limited by FACTGATE_MAX_ROWS_PER_JOB (default 1,000,000), streamed bodies by "
                 "FACTGATE_MAX_BODY_BYTES (413, checked against Content-Length and again while reading). "
                 "Unknown query parameters are rejected as unknown options. The job is committed before it "
-                "is queued."
+                "is queued. A streamed body of more than FACTGATE_INTAKE_DEFER_ROWS rows (default 50,000) "
+                "answers as soon as every row is validated and stored, with status `validating`: its items "
+                "are built in the background and the job then moves to `queued` on its own."
             ),
             "parameters": [
                 {
@@ -520,7 +529,11 @@ PATHS: dict[str, Any] = {
                 },
             },
             "responses": {
-                "202": _job("Created and queued.", LOCATION),
+                "202": _job(
+                    "Created: `queued`, or `validating` for a large streamed body whose items are still "
+                    "being built.",
+                    LOCATION,
+                ),
                 "200": _job("The job this Idempotency-Key already created (nothing new stored).", LOCATION),
                 "400": _error(
                     "Invalid submission: not JSON, bad NDJSON line (named by `line`), bad item (named "

@@ -21,8 +21,8 @@ from web.exports import CSV_RENDERERS, RESULT_ITERATORS
 from web.pages_format import duration, usd
 from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage, jobs_usage
 
-# The page polls a job until it ends (so `validating` counts as live here, unlike the sweeper's set).
-LIVE_STATUSES = frozenset({JobStatus.VALIDATING, *JobStatus.live()})
+# The page polls a job until it ends (`validating` included: its items are still being built).
+LIVE_STATUSES = JobStatus.live()
 CANCELLABLE = JobStatus.cancellable()
 
 

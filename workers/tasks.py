@@ -22,6 +22,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from checks.recipes import RECIPES
 from config.logging import bind
+from jobs.bulk_load import Built, build_staged
 from jobs.finalize import maybe_finalize
 from jobs.items import (
     Exhausted,
@@ -39,7 +40,7 @@ from jobs.keyring import KeyringError
 from jobs.records import ClaimedItem
 from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.stages import Step, advance_question, stalled_questions
-from jobs.sweeper import expire_leases, live_job_ids
+from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from jobs.webhooks import created_in
 from models import autocommit_scope, session_scope, utcnow
 from workers.context import WorkerContext, get_context
@@ -116,10 +117,15 @@ def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
 
 @shared_task(name="factgate.start_job", ignore_result=True)
 def start_job(job_id: str) -> None:
-    """A job was stored: mark it started. The dispatcher sends its items in its fair order; a job with
-    nothing to send (every item already settled) is finalized here."""
+    """A job was stored: build its items if it is still `validating` (a large streamed submission), then
+    mark it started. The dispatcher sends its items in its fair order; a job with nothing to send (every
+    item already settled, or cancelled before its items were built) is finalized here."""
     ctx = _ctx()
     jid = uuid.UUID(job_id)
+    with session_scope(ctx.sessions) as session:
+        built = build_staged(session, jid)
+    if built is Built.BUILT:
+        log.info("job %s: items built from its staged rows", jid)
     with session_scope(ctx.sessions) as session:
         mark_started(session, [jid])
     # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
@@ -302,12 +308,20 @@ def run_item(item_id: int) -> None:
 @shared_task(name="factgate.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """Beat task: expired leases back to pending, lost dispatches forgotten (the dispatcher sends them
-    again), stalled questions moved on, finished jobs finalized, due webhooks sent."""
+    again), `validating` jobs whose start message was lost started again, stalled questions moved on,
+    finished jobs finalized, due webhooks sent."""
     ctx = _ctx()
     with session_scope(ctx.sessions) as session:
         expired = expire_leases(session)
         forgotten = forget_stale_dispatches(session, ctx.settings.dispatch_stale_s)
+        restart = stale_validating(session, ctx.settings.dispatch_stale_s)
         jobs = live_job_ids(session)
+    for jid in restart:  # after commit (the SKIP LOCKED rows were only held for the query)
+        log.warning("job %s is still validating: start_job sent again", jid)
+        try:
+            start_job.delay(str(jid))
+        except Exception:
+            log.exception("could not send start_job for job %s; the next sweep tries again", jid)
     finalized = 0
     for jid in jobs:
         if _finalize(ctx, jid):
@@ -321,5 +335,6 @@ def sweep() -> dict[str, int]:
         "forgotten": forgotten,
         "finalized": finalized,
         "live": len(jobs),
+        "restarted": len(restart),
         "webhooks_due": int(webhooks),
     }

@@ -28,11 +28,21 @@ Units = Callable[[Sequence[Any], Any], tuple[list[UnitSpec], list[str]]]
 ResultPage = Callable[[Session, Job, Cursor, int], Sequence[tuple[Cursor, Contract]]]
 
 
+@dataclass(frozen=True)
+class Staged:
+    """What a streamed load staged: the rows, the items they will make (rows × modes), intake warnings."""
+
+    rows: int
+    items: int
+    warnings: list[str]
+
+
 class StreamLoad(Protocol):
     """A kind's streamed intake: the NDJSON `lines` (a CSV body's records arrive as such lines) validated and
-    copied into the job's items as they are read (Postgres COPY, jobs/bulk_load.py); returns (items stored,
-    intake warnings). `quota` is called with the running item count and raises jobs.quotas.QuotaExceeded;
-    row problems raise the recipe's ClaimsValidationError (the web layer names their lines)."""
+    copied into the staging table under the job's id as they are read (Postgres COPY, jobs/bulk_load.py);
+    the kind's `JobKind.build` makes the items from them later. `quota` is called with the running item
+    count and raises jobs.quotas.QuotaExceeded; row problems raise the recipe's ClaimsValidationError (the
+    web layer names their lines)."""
 
     def __call__(
         self,
@@ -43,7 +53,7 @@ class StreamLoad(Protocol):
         *,
         limits: RowLimits,
         quota: Callable[[int], None],
-    ) -> tuple[int, list[str]]: ...
+    ) -> Staged: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,9 @@ class JobKind:
     # Streamed intake of NDJSON and CSV bodies; None: the rows are validated in memory, then inserted
     # (fine for small batches; a kind expecting 1,000,000 rows adds a loader).
     load: StreamLoad | None = None
+    # With `load`: the items from the job's staged rows, in the caller's transaction; returns their count
+    # (jobs/bulk_load.py:build_items calls it, then deletes the staged rows).
+    build: Callable[[Session, Job], int] | None = None
 
 
 KINDS: Registry[JobKind] = Registry("jobs", "jobs.kinds")

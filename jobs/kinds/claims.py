@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from checks.kinds.claims import ClaimsSummary
-from jobs.claims import claim_results_page, claim_units, claims_summary, load_claim_rows
+from jobs.claims import build_claim_items, claim_results_page, claim_units, claims_summary, load_claim_rows
 from jobs.claims_report import calibration_sums
 from jobs.kinds import JobKind, register
 from models import Job
@@ -25,5 +25,6 @@ KIND = register(
         summarize=summarize,
         results_page=claim_results_page,
         load=load_claim_rows,
+        build=build_claim_items,
     )
 )

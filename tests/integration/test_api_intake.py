@@ -99,7 +99,7 @@ def test_json_submission_creates_job_items_and_enqueues_start(web: WebEnv, calle
         "running": 0,
     }
     # Stored: one job, one item per claim per mode, in input order.
-    assert web.table_counts() == (before[0] + 1, before[1] + 6, before[2])
+    assert web.table_counts() == (before[0] + 1, before[1] + 6, before[2], before[3])
     items = web.items(job_id)
     assert [(i.custom_id, i.mode) for i in items] == [
         (r["id"], m) for r in ROWS for m in ("ungrounded", "grounded")

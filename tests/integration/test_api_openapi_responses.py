@@ -36,6 +36,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
     WebEnv,
     caller,
+    make_env,
     memory_celery,
     web,
     web_settings,
@@ -122,6 +123,34 @@ def test_question_job_status_and_results_with_reports_match_the_served_document(
     lines = _lines(served, web.client.get(f"/v1/jobs/{job_id}/results", headers=caller.headers), component)
     assert [line["custom_id"] for line in lines] == ["q1", "q2"]
     assert all(line["report"] is not None and line["report"]["kind"] == kind for line in lines)
+
+
+def test_a_validating_job_matches_the_served_document(
+    web_settings: dict[str, Any], memory_celery: Any, caller: Caller, served: dict[str, Any]
+) -> None:
+    """A streamed body over FACTGATE_INTAKE_DEFER_ROWS answers `validating` (items still to be built): the
+    202, the status read and the empty export with its trailer are what the document says."""
+    api = OpenAPI.from_dict(served)
+    deferring = make_env({**web_settings, "intake_defer_rows": 0}, memory_celery)
+    try:
+        rows = "".join(json.dumps({"id": f"c{i}", "claim": f"Claim {i}."}) + "\n" for i in range(3))
+        created = deferring.client.post(
+            "/v1/jobs?kind=claims&mode=both", data=rows, headers=caller.ndjson_headers()
+        )
+        assert created.status_code == 202
+        job = created.get_json()  # (openapi-core cannot read a streamed request body again: the schema)
+        assert not list(_validator(served, {"$ref": "#/components/schemas/Job"}).iter_errors(job))
+        assert job["status"] == "validating" and job["request_counts"]["total"] == 6
+        read = _check(api, deferring.client.get(f"/v1/jobs/{job['id']}", headers=caller.headers))
+        assert read["status"] == "validating"
+        export = deferring.client.get(f"/v1/jobs/{job['id']}/results", headers=caller.headers)
+        assert export.status_code == 200 and json.loads(export.get_data(as_text=True)) == {
+            "_end": {"count": 0, "after": None, "last_id": None}
+        }
+        end = _validator(served, {"$ref": "#/components/schemas/ExportEnd"})
+        assert not list(end.iter_errors(json.loads(export.get_data(as_text=True))))
+    finally:
+        deferring.app.extensions["factgate"].engine.dispose()
 
 
 def test_a_line_that_breaks_its_contract_fails_validation(served: dict[str, Any]) -> None:

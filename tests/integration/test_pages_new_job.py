@@ -327,5 +327,9 @@ def test_a_large_file_streams_through_the_apis_intake(web: WebEnv, caller: Calle
     body = b"id,claim,label\n" + b"".join(rows)
     resp = post_form(web.client, csrf, file=(body, "big.csv"), mode="ungrounded")
     assert resp.status_code == 303, resp.get_data(as_text=True)[:500]
-    jobs, items, _calls = web.table_counts()
-    assert (jobs, items) == (before[0] + 1, before[1] + 12_000)
+    jobs, items, _calls, staged = web.table_counts()
+    assert (jobs, items, staged) == (
+        before[0] + 1,
+        before[1] + 12_000,
+        before[3],
+    )  # built, nothing left staged

@@ -29,7 +29,7 @@ from config import Settings
 from jobs.items import claim_item, fail_item, finish_item, skip_item
 from jobs.records import CallRow
 from jobs.tenancy import create_token
-from models import ApiCall, Item, Job, session_scope
+from models import ApiCall, Item, Job, intake_rows, session_scope
 from web.app import create_app
 from workers.api import START_JOB
 from workers.app import make_celery
@@ -79,13 +79,15 @@ class WebEnv:
             issued = create_token(session, name)
         return Caller(issued.tenant_id, issued.tenant_name, issued.token)
 
-    def table_counts(self) -> tuple[int, int, int]:
-        """(jobs, items, api_calls) rows in the whole database: "nothing stored" means unchanged."""
+    def table_counts(self) -> tuple[int, int, int, int]:
+        """(jobs, items, api_calls, intake_rows) rows in the whole database: "nothing stored" means
+        unchanged (staged rows included: a refused streamed body must leave none)."""
         with self.sessions() as session:
             return (
                 int(session.scalar(select(func.count()).select_from(Job)) or 0),
                 int(session.scalar(select(func.count()).select_from(Item)) or 0),
                 int(session.scalar(select(func.count()).select_from(ApiCall)) or 0),
+                int(session.scalar(select(func.count()).select_from(intake_rows)) or 0),
             )
 
     def job(self, job_id: str | uuid.UUID) -> Job:
