@@ -329,7 +329,7 @@ def cancel_job_view(job_id: str) -> Response:
     if not cancel_job(session, job):
         session.rollback()
         session.refresh(job)
-        raise conflict(f"job is {job.status}; only a queued or running job can be cancelled")
+        raise conflict(f"job is {job.status}; only a validating, queued or running job can be cancelled")
     session.commit()
     return _json(status_object(session, job))
 

@@ -231,7 +231,7 @@ def job_cancel(job_id: str) -> BaseResponse:
         flash("Cancelling: pending items are skipped, running ones finish first.", "info")
     else:
         sess.rollback()
-        flash(f"The job is {job.status}; only a queued or running job can be cancelled.", "error")
+        flash(f"The job is {job.status}; only a validating, queued or running job can be cancelled.", "error")
     return redirect(url_for("pages.job_page", job_id=str(job.id)))
 
 

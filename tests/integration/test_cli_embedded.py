@@ -136,7 +136,10 @@ def test_status_results_and_cancel_read_the_local_jobs(
 
     cancel = cli("cancel", job_id, env=env)
     assert cancel.returncode == 1
-    assert cancel.stderr.strip() == "error: job is completed; only a queued or running job can be cancelled"
+    assert (
+        cancel.stderr.strip()
+        == "error: job is completed; only a validating, queued or running job can be cancelled"
+    )
 
     missing = cli("status", "00000000-0000-0000-0000-000000000000", env=env)
     assert missing.returncode == 2 and missing.stderr.startswith("error: no such job")

@@ -142,7 +142,7 @@ def test_cancel_a_running_job(server: Server) -> None:
     job_id = submitted.stdout.strip()
     cancel = cli("cancel", job_id, env=server.env)
     if cancel.returncode == 1:  # it finished first (48 requests at 10/s is a few seconds)
-        assert "only a queued or running job can be cancelled" in cancel.stderr
+        assert "only a validating, queued or running job can be cancelled" in cancel.stderr
         return
     assert cancel.returncode == 0, cancel.stderr
     assert cancel.stdout.startswith(f"job {job_id} claims cancell")

@@ -444,7 +444,8 @@ def test_cancel_form_cancels_a_live_job(web: WebEnv, caller: Caller) -> None:
     again = web.client.post(f"/jobs/{job_id}/cancel", data={"csrf_token": csrf_token(web.client, "/jobs")})
     followed = html(web.client.get(again.headers["Location"]))
     assert (
-        "only a queued or running job can be cancelled" in followed or "already being cancelled" in followed
+        "only a validating, queued or running job can be cancelled" in followed
+        or "already being cancelled" in followed
     )
 
 

@@ -91,10 +91,13 @@ def test_an_unknown_job_is_an_input_error() -> None:
 def test_a_conflict_and_a_server_error_are_runtime_errors() -> None:
     with pytest.raises(CliError) as conflict:
         client(
-            lambda _r: api_error(409, "job is completed; only a queued or running job can be cancelled")
+            lambda _r: api_error(
+                409, "job is completed; only a validating, queued or running job can be cancelled"
+            )
         ).cancel("j")
     assert (
-        conflict.value.exit_code == EXIT_RUNTIME and "only a queued or running job" in conflict.value.message
+        conflict.value.exit_code == EXIT_RUNTIME
+        and "only a validating, queued or running job" in conflict.value.message
     )
     with pytest.raises(CliError) as boom:
         client(lambda _r: httpx.Response(502, text="<html>bad gateway</html>")).job("j")
