@@ -58,8 +58,11 @@ test: install services browser ## install, start services and the browser, run t
 	fi; \
 	[ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
+# The unit tests are pure and CPU-bound: one xdist worker per core (two here), without coverage (`make test`
+# measures it), so the loop of editing and checking stays near 20 s.
+UNIT_WORKERS ?= 2
 unit: install ## the unit tests only: no service, no browser, no subprocess
-	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -q -n $(UNIT_WORKERS) -p no:cov $(PYTEST_ARGS)
 
 lint: install ## ruff, mypy (strict) and the import contracts (lint-imports)
 	$(VENV)/bin/ruff check .
