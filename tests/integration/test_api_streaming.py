@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from celery import Celery
-from sqlalchemy import select, text
+from sqlalchemy import text
 
-from models import Item
 from tests.integration.export_files import csv_records, ndjson_records
+from tests.integration.item_rows import DEDUPE_KEY, LEADER_ID, item_rows
 from tests.integration.test_api_intake import Unchanged, error_of
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     ROWS,
@@ -44,28 +43,6 @@ pytestmark = pytest.mark.integration
 
 def csv_headers(caller: Caller) -> dict[str, str]:
     return {**caller.headers, "Content-Type": "text/csv"}
-
-
-def item_rows(web: WebEnv, job_id: str) -> list[tuple[Any, ...]]:
-    """What intake stores per item, in position order, comparable across two jobs."""
-    with web.sessions() as s:
-        rows = s.execute(
-            select(
-                Item.stage,
-                Item.position,
-                Item.custom_id,
-                Item.mode,
-                Item.endpoint,
-                Item.input,
-                Item.status,
-                Item.attempts,
-                Item.dedupe_key,
-                Item.duplicate_of.is_not(None),
-            )
-            .where(Item.job_id == uuid.UUID(job_id))
-            .order_by(Item.position)
-        ).all()
-    return [tuple(r) for r in rows]
 
 
 # --- streamed intake -------------------------------------------------------------------------------------
@@ -91,8 +68,8 @@ def test_streamed_ndjson_stores_what_the_json_path_stores(web: WebEnv, caller: C
     assert from_json.status_code == 202 and streamed.status_code == 202, streamed.get_json()
     a, b = from_json.get_json()["id"], streamed.get_json()["id"]
     assert item_rows(web, b) == item_rows(web, a)
-    assert sum(1 for r in item_rows(web, b) if r[8] is not None) == 4  # c1 and c4, both modes
-    assert sum(1 for r in item_rows(web, b) if r[9]) == 2  # c4's two items point at c1's
+    assert sum(1 for r in item_rows(web, b) if r[DEDUPE_KEY] is not None) == 4  # c1 and c4, both modes
+    assert sum(1 for r in item_rows(web, b) if r[LEADER_ID] is not None) == 2  # c4's two items point at c1's
     job_a, job_b = web.job(a), web.job(b)
     assert job_b.total_items == job_a.total_items == 10
     assert job_b.warnings == job_a.warnings and "c5" in job_b.warnings[0]

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from celery import Celery
 from sqlalchemy import func, select, text
-from sqlalchemy.orm import aliased
 
 from jobs.bulk_load import Built, build_staged
 from jobs.finalize import maybe_finalize
 from jobs.sweeper import stale_validating
-from models import Item, Job, WebhookDelivery, intake_rows, session_scope
+from models import Job, WebhookDelivery, intake_rows, session_scope
+from tests.integration.item_rows import item_rows
 from tests.integration.test_api_intake import Unchanged, error_of
 from tests.integration.test_pages import html, sign_in
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
@@ -60,35 +60,6 @@ def deferring(web_settings: dict[str, Any], memory_celery: Celery) -> Iterator[W
     env = make_env({**web_settings, "intake_defer_rows": 2}, memory_celery)
     yield env
     env.app.extensions["factgate"].engine.dispose()
-
-
-def item_rows(web: WebEnv, job_id: str) -> list[tuple[Any, ...]]:
-    """Every stored field of a job's items that intake sets, in position order; a repeat names its leader
-    by (custom_id, mode), so two jobs compare though their item ids differ."""
-    leader = aliased(Item)
-    with web.sessions() as s:
-        rows = s.execute(
-            select(
-                Item.stage,
-                Item.position,
-                Item.custom_id,
-                Item.mode,
-                Item.endpoint,
-                Item.input,
-                Item.status,
-                Item.attempts,
-                Item.tries,
-                Item.dedupe_key,
-                leader.custom_id,
-                leader.mode,
-                Item.parent_id,
-                Item.enqueued_at,
-            )
-            .outerjoin(leader, leader.id == Item.duplicate_of)
-            .where(Item.job_id == uuid.UUID(job_id))
-            .order_by(Item.position)
-        ).all()
-    return [tuple(r) for r in rows]
 
 
 def staged(web: WebEnv, job_id: str) -> int:
