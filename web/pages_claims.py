@@ -24,7 +24,7 @@ from checks.kinds.claims import ClaimResult, ClaimsSummary, FlipEntry, Scorecard
 from checks.options import OptionsError, check_cutoffs
 from jobs.claims import claims_summary, iter_claim_results
 from jobs.claims_report import ModeCounts, claim_page, flips_at, matching_claims, score_counts
-from models import Job
+from models import Job, JobStatus
 from web.charts import DEFAULT_BINS, ReliabilityBin, reliability_svg
 
 PAGE_SIZE = 100
@@ -364,7 +364,10 @@ def claims_report(
             stored_cards = False
             if counts is None:
                 counts = score_counts(session, job.id, smin, cmax)
-    if summary is None:  # a job whose summary was never stored (finalizing failed), or an unreadable one
+    if summary is None and job.status == JobStatus.CANCELLED and not (job.request_counts or {}).get("total"):
+        # Cancelled while `validating`: its items were never built, so there is nothing to score.
+        summary_error = "no scorecard: the job was cancelled before its claims were stored as items"
+    elif summary is None:  # a job whose summary was never stored (finalizing failed), or an unreadable one
         try:
             summary = claims_summary(session, job, supported_min=smin, contradicted_max=cmax)
         except (OptionsError, ValueError) as exc:

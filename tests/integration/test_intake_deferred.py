@@ -257,6 +257,7 @@ def test_the_job_page_shows_a_validating_job_and_one_cancelled_before_its_items(
         assert maybe_finalize(s, uuid.UUID(job["id"]))
     page = html(deferring.client.get(f"/jobs/{job['id']}"))
     assert "cancelled" in page and 'data-field="count-total">0<' in page
+    assert "cancelled before its claims were stored" in page and "could not be computed" not in page
 
 
 def test_a_validating_job_cannot_be_retried(deferring: WebEnv, caller: Caller) -> None:
