@@ -84,12 +84,13 @@ class WorkerProc:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(15)
-        self.kill()  # whatever is left of the group (an orphaned beat child)
+        self.kill()  # whatever is left of the group
 
 
 class BeatThread(threading.Thread):
     """Celery beat (its real scheduler and `Service`) in a thread of the test process, sending the
-    stack's schedule (the sweep) to its broker; `log` holds what it sent, for a timeout's message."""
+    stack's schedule (the sweep) to its broker. `log` only says that beat ran here: a timeout's message
+    lists every log of the stack, and the worker's shows the sweeps it received."""
 
     def __init__(self, settings: Settings, schedule: Path, log: Path) -> None:
         super().__init__(name=f"beat-{schedule.stem}", daemon=True)
