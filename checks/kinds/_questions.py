@@ -10,7 +10,9 @@ from pydantic import Field
 
 from checks import questions as rules
 from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract
+from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
 from checks.ndjson import RowLine
+from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
 from checks.recipes import RowLimits
 
 ENTRY_STAGE = "question"
@@ -22,6 +24,22 @@ def rows_from_lines(lines: Iterable[RowLine], limits: RowLimits) -> Sequence[rul
 
 def rows_from_items(items: Sequence[object], limits: RowLimits) -> Sequence[rules.QuestionRow]:
     return rules.validate_question_rows(items, max_rows=limits.max_rows)
+
+
+# The parts of a `Recipe` that every question kind has alike: rows, options, the report head and their
+# schemas. Each question recipe spreads these and adds its own name, stages, contracts and CSV columns.
+QUESTION_RECIPE_PARTS: dict[str, Any] = {
+    "parse_options": parse_questions_options,
+    "rows_from_lines": rows_from_lines,
+    "rows_from_items": rows_from_items,
+    "report": ReportHead,
+    "row_required": ("id", "question"),
+    "row_fields": rules.ALLOWED_FIELDS,
+    "option_names": QUESTIONS_OPTION_NAMES,
+    "row_schema": QUESTION_ROW,
+    "options_schema": QUESTIONS_OPTIONS,
+    "schema_names": ("QuestionRow", "QuestionsOptions"),
+}
 
 
 class QuestionLine(Contract):

@@ -16,6 +16,20 @@ from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
 
+# Options every kind takes, one schema each.
+PRIORITY_OPTION: dict[str, Any] = {
+    "type": "string",
+    "enum": ["interactive", "batch"],
+    "default": "batch",
+    "description": "`interactive` work goes first within the tenant's share of the upstream "
+    "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
+    "submit as interactive.",
+}
+BUDGET_OPTION: dict[str, Any] = {
+    "type": ["number", "null"],
+    "exclusiveMinimum": 0,
+    "description": "Stop sending once this much has been spent; remaining items are skipped.",
+}
 WEBHOOK_URL_OPTION: dict[str, Any] = {
     "type": ["string", "null"],
     "format": "uri",
@@ -67,19 +81,8 @@ CLAIMS_OPTIONS: dict[str, Any] = {
         },
         "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
         "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
-        "priority": {
-            "type": "string",
-            "enum": ["interactive", "batch"],
-            "default": "batch",
-            "description": "`interactive` work goes first within the tenant's share of the upstream "
-            "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
-            "submit as interactive.",
-        },
-        "budget_usd": {
-            "type": ["number", "null"],
-            "exclusiveMinimum": 0,
-            "description": "Stop sending once this much has been spent; remaining items are skipped.",
-        },
+        "priority": PRIORITY_OPTION,
+        "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
     },
 }
@@ -117,19 +120,8 @@ QUESTIONS_OPTIONS: dict[str, Any] = {
             f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
             "every report notes that the cutoffs were not measured on the model the job used.",
         },
-        "priority": {
-            "type": "string",
-            "enum": ["interactive", "batch"],
-            "default": "batch",
-            "description": "`interactive` work goes first within the tenant's share of the upstream "
-            "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
-            "submit as interactive.",
-        },
-        "budget_usd": {
-            "type": ["number", "null"],
-            "exclusiveMinimum": 0,
-            "description": "Stop sending once this much has been spent; remaining items are skipped.",
-        },
+        "priority": PRIORITY_OPTION,
+        "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
     },
 }

@@ -13,17 +13,12 @@ from typing import Any, Literal
 from pydantic import Field
 
 from checks import answers as gate
-from checks import questions as question_rules
-from checks.contracts import ReportHead
 from checks.kinds._questions import (
+    QUESTION_RECIPE_PARTS,
     QuestionLine,
     QuestionsSummary,
     as_report,
-    rows_from_items,
-    rows_from_lines,
 )
-from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
-from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
 from checks.recipes import Recipe, StageSpec, register
 
 CSV_COLUMNS = (
@@ -157,19 +152,10 @@ RECIPE = register(
             StageSpec("sentence", "decisions"),
             StageSpec("investigation", "agent"),
         ),
-        parse_options=parse_questions_options,
-        rows_from_lines=rows_from_lines,
-        rows_from_items=rows_from_items,
         result_line=AnswerResult,
-        report=ReportHead,
         summary=AnswerSummary,
         csv_columns=CSV_COLUMNS,
-        row_required=("id", "question"),
-        row_fields=question_rules.ALLOWED_FIELDS,
-        option_names=QUESTIONS_OPTION_NAMES,
+        **QUESTION_RECIPE_PARTS,
         description="answer each question and check the answer",
-        row_schema=QUESTION_ROW,
-        options_schema=QUESTIONS_OPTIONS,
-        schema_names=("QuestionRow", "QuestionsOptions"),
     )
 )

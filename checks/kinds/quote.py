@@ -11,17 +11,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from checks import questions as question_rules
-from checks.contracts import ReportHead
 from checks.kinds._questions import (
+    QUESTION_RECIPE_PARTS,
     QuestionLine,
     QuestionsSummary,
     as_report,
-    rows_from_items,
-    rows_from_lines,
 )
-from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
-from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
 from checks.recipes import Recipe, StageSpec, register
 
 CSV_COLUMNS = (
@@ -119,19 +114,10 @@ RECIPE = register(
             StageSpec("result", "decisions"),
             StageSpec("compare", "decisions"),
         ),
-        parse_options=parse_questions_options,
-        rows_from_lines=rows_from_lines,
-        rows_from_items=rows_from_items,
         result_line=QuoteResult,
-        report=ReportHead,
         summary=QuoteSummary,
         csv_columns=CSV_COLUMNS,
-        row_required=("id", "question"),
-        row_fields=question_rules.ALLOWED_FIELDS,
-        option_names=QUESTIONS_OPTION_NAMES,
+        **QUESTION_RECIPE_PARTS,
         description="find a quoted source for each question",
-        row_schema=QUESTION_ROW,
-        options_schema=QUESTIONS_OPTIONS,
-        schema_names=("QuestionRow", "QuestionsOptions"),
     )
 )
