@@ -23,6 +23,11 @@ import pytest
 from flask import Flask
 from werkzeug.serving import make_server
 
+from jobs.tenancy import create_token
+from models import session_scope
+from web.app import create_app
+from workers.embedded import EmbeddedWorker
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"
@@ -154,3 +159,27 @@ def save_screenshot(
         clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": min(height, docs_height)}
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, clip=clip)
     return path
+
+
+@contextmanager
+def embedded_app(instance: Path, tenant: str) -> Iterator[tuple[Flask, str]]:
+    """The embedded app (SQLite, in-memory broker, the simulator) with its worker running, and a token of
+    `tenant`: a real job runs to its end with no service at all."""
+    app = create_app(
+        {
+            "database_url": None,
+            "redis_url": None,
+            "perplexity_api_key": None,
+            "instance_path": instance,
+            "sweep_interval_s": 0.5,
+        }
+    )
+    res = app.extensions["factgate"]
+    with session_scope(res.sessions) as session:
+        token = create_token(session, tenant).token
+    worker = EmbeddedWorker(res.settings).start()
+    try:
+        yield app, token
+    finally:
+        worker.stop(timeout=10)
+        res.engine.dispose()

@@ -19,12 +19,8 @@ import pytest
 from flask import Flask
 from playwright.sync_api import expect
 
-from jobs.tenancy import create_token
-from models import session_scope
-from tests.e2e.browser import chromium, save_screenshot, serve, sign_in
+from tests.e2e.browser import chromium, embedded_app, save_screenshot, serve, sign_in
 from tests.e2e.builders import reference_rows
-from web.app import create_app
-from workers.embedded import EmbeddedWorker
 
 pytestmark = pytest.mark.e2e
 
@@ -41,25 +37,8 @@ ROWS = [
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flask, str]]:
     """The embedded app with its worker running, and a token for one tenant."""
-    instance = tmp_path_factory.mktemp("embedded-upload")
-    app = create_app(
-        {
-            "database_url": None,
-            "redis_url": None,
-            "perplexity_api_key": None,
-            "instance_path": instance,
-            "sweep_interval_s": 0.5,
-        }
-    )
-    res = app.extensions["factgate"]
-    with session_scope(res.sessions) as session:
-        token = create_token(session, "e2e-upload").token
-    worker = EmbeddedWorker(res.settings).start()
-    try:
-        yield app, token
-    finally:
-        worker.stop(timeout=10)
-        res.engine.dispose()
+    with embedded_app(tmp_path_factory.mktemp("embedded-upload"), "e2e-upload") as pair:
+        yield pair
 
 
 def as_csv(rows: list[dict[str, Any]]) -> bytes:
