@@ -26,7 +26,10 @@ from workers.dispatcher import Dispatcher
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = redis_db_url(9)
+# A flushed database of this xdist worker's own (the one the metrics test and shared stacks use, in other
+# modules). A fixed number here was another worker's database: this test flushed it mid-test, and failed
+# when that worker wrote to it.
+REDIS_URL = redis_db_url(12)
 
 
 @pytest.fixture
