@@ -57,8 +57,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[Stack, str]]:
             tmp_path,
             FACTGATE_DECISIONS_RPS=str(RATE),
             FACTGATE_ENCRYPTION_KEYS=ENCRYPTION_KEY,
-            # 62 ms of slack at 5/s against arrival jitter: the suite may run beside other CPU-heavy tests.
-            FACTGATE_LIMITER_HEADROOM="0.03",
+            # Each key is paced at 4/s (250 ms apart) against the simulator's 5 per any second: a 429 would
+            # need five arrivals squeezed by 250 ms in all, so the test holds while the rest of the suite
+            # loads both cores beside it (it runs in the parallel run, not alone).
+            FACTGATE_LIMITER_HEADROOM="0.2",
         ) as st,
     ):
         st.start_worker(concurrency=8)
@@ -120,14 +122,13 @@ def test_a_daily_budget_reached_mid_job_holds_the_rest_until_it_is_raised(stack:
     assert _statuses(st, job_id) == Counter({"done": 40})
 
 
-@pytest.mark.pacing  # requests per second against the simulator's clock: nothing else may compete for the CPU
 def test_a_tenant_with_its_own_key_has_its_own_rate_limit(stack: tuple[Stack, str]) -> None:
     st, sim = stack
     factory = make_session_factory(st.engine)
     with session_scope(factory) as s:
         get_or_create_tenant(s, "own-key")
         set_tenant(s, "own-key", upstream_key=TENANT_KEY, keyring=Keyring((ENCRYPTION_KEY,)))
-    n = 60
+    n = 40
     a = st.submit_claims(_claims(n, "a"), {"mode": "grounded"}, tenant="operator-key")
     b = st.submit_claims(_claims(n, "b"), {"mode": "grounded"}, tenant="own-key")
     for job_id in (a, b):
@@ -147,7 +148,10 @@ def test_a_tenant_with_its_own_key_has_its_own_rate_limit(stack: tuple[Stack, st
         f"429s {throttled}"
     )
     assert throttled == 0
-    assert rate >= 1.8 * RATE  # one key alone cannot exceed RATE without 429s
+    # One key alone cannot pass RATE without 429s (the simulator lets no more than RATE through in any
+    # second), so 1.25 × RATE with none proves two limits; the two keys' pace allows 1.6 × (the 20 %
+    # headroom). How close the limiter gets to a key's limit is bench/at_limit.py's figure (a quiet machine).
+    assert rate >= 1.25 * RATE
 
     # The key is stored encrypted: no dump of the database holds it, nor any worker log line.
     url = make_url(st.pg_url)
