@@ -8,10 +8,12 @@ PYTHON ?= python3
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
-# The install uses uv (installed into the venv by pip) because it resolves and links the ~90 packages in
-# about 15 s where pip takes over a minute on this machine, and the install is part of every CI run from a
-# fresh clone. If uv cannot be had, pip does the same install (INSTALLER=pip forces that). Installers and the
-# build backend talk a lot; the whole log is kept in $(VENV)/install.log and printed only when it fails.
+# The install uses uv because it resolves and links the ~90 packages in a few seconds where pip takes over a
+# minute on this machine, and the install is part of every CI run from a fresh clone. The venv is made
+# without pip (ensurepip alone took 2.5 s) and the Python that makes it installs uv into it (`pip --python`,
+# pip 22.3 or later); add packages to it with `.venv/bin/uv pip install`. If uv cannot be had, pip does the
+# same install in a venv with pip (INSTALLER=pip forces that). Installers and the build backend talk a lot;
+# the whole log is kept in $(VENV)/install.log and printed only when it fails.
 INSTALLER ?= uv
 # Bytecode: an environment with PYTHONDONTWRITEBYTECODE set (this machine's has it) makes every Python
 # process compile every module it imports from source, every time — `import workers.app` took 3.5-4.3 s
@@ -20,12 +22,14 @@ INSTALLER ?= uv
 # the bytecode of this project's modules and pytest's rewritten tests (__pycache__/, ignored by git).
 unexport PYTHONDONTWRITEBYTECODE
 $(VENV)/.installed: pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || if [ "$(INSTALLER)" = uv ]; then $(PYTHON) -m venv --without-pip $(VENV); \
+		else $(PYTHON) -m venv $(VENV); fi
 	@echo "installing factgate and its dev tools into $(VENV) with $(INSTALLER) (log: $(VENV)/install.log)"
-	@{ if [ "$(INSTALLER)" = uv ] && $(PY) -m pip install -q uv; then \
+	@{ if [ "$(INSTALLER)" = uv ] && $(PYTHON) -m pip --python $(PY) install -q uv; then \
 		$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -e '.[dev]'; \
 	else \
-		$(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[dev]'; \
+		{ $(PY) -m pip --version || $(PY) -m ensurepip; } \
+		&& $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[dev]'; \
 	fi; } > $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "install failed; the log is $(VENV)/install.log" >&2; exit 1; }
 	@touch $@
@@ -79,7 +83,8 @@ lint: install ## ruff, mypy (strict) and the import contracts (lint-imports)
 	$(VENV)/bin/lint-imports
 
 hooks: install ## install the pre-commit hooks (.pre-commit-config.yaml) into this clone
-	$(PY) -m pip install -q pre-commit
+	@if [ -x $(VENV)/bin/uv ]; then $(VENV)/bin/uv pip install -q --python $(PY) pre-commit; \
+		else $(PY) -m pip install -q pre-commit; fi
 	$(VENV)/bin/pre-commit install
 
 fmt: install ## format and autofix
