@@ -49,7 +49,8 @@ browser: ## install Debian's chromium for the end-to-end tests (once; needs root
 # how close the limiter gets to the upstream limit is bench/at_limit.py's figure. TEST_WORKERS=0 runs it in
 # one process.
 TEST_WORKERS ?= 4
-# Whole modules to whichever worker is free, the modules of long tests first (tests/conftest.py).
+# Whole modules to whichever worker is free, in an order that keeps about half the workers on modules that
+# mostly wait on a clock and the rest on modules that use the CPU (tests/schedule.py).
 XDIST_ARGS ?= --dist loadfile --no-loadscope-reorder
 COVERAGE ?= --cov --cov-report=term
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 import migrations
 from models import make_engine
+from tests.schedule import Module, interleave, positions
 from tests.services import (
     MAX_XDIST_WORKERS,
     REDIS_URL,
@@ -34,19 +35,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(cores, MAX_XDIST_WORKERS))
 
 
-def _long(item: pytest.Item) -> bool:
-    """A test that takes seconds on its own (jobs through workers, a browser, subprocesses)."""
-    return item.get_closest_marker("slow") is not None or item.get_closest_marker("e2e") is not None
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (`make test`: `--dist loadfile --no-loadscope-reorder`, whole modules go to whichever
-    worker is free, in collection order), the modules of long tests come first, so no worker starts a
-    long module while the others run out of work. Module fixtures (a server, an embedded worker, a shared
-    stack) stay on one worker. Without xdist nothing changes."""
-    if hasattr(config, "workerinput"):
-        long_modules = {item.nodeid.split("::", 1)[0] for item in items if _long(item)}
-        items.sort(key=lambda item: 0 if item.nodeid.split("::", 1)[0] in long_modules else 1)
+    worker is free, in collection order), modules that mostly wait on a clock are mixed with modules that
+    keep the CPU busy, long ones first (tests/schedule.py says how and why). Module fixtures (a server, an
+    embedded worker, a shared stack) stay on one worker. Without xdist nothing changes."""
+    if not hasattr(config, "workerinput"):
+        return
+    modules: dict[str, Module] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        seen = modules.get(path)
+        modules[path] = Module(
+            path,
+            (seen.tests if seen else 0) + 1,
+            slow=(seen is not None and seen.slow) or item.get_closest_marker("slow") is not None,
+            e2e=(seen is not None and seen.e2e) or item.get_closest_marker("e2e") is not None,
+        )
+    workers = int(config.workerinput.get("workercount", 1))
+    rank = positions(interleave(list(modules.values()), workers))
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,79 @@
+"""The order in which `make test` hands test modules to its xdist workers.
+
+Under `--dist loadfile --no-loadscope-reorder` a worker runs one whole module at a time and takes the next
+module in collection order when it is nearly done. Modules are of two sorts here:
+
+- **waiting**: `slow` modules that are not e2e (jobs through real `celery worker` processes, a rate-limited
+  simulator, CLIs and servers in subprocesses). They spend most of their wall time waiting on a clock and use
+  little CPU in the test process.
+- **working**: everything else (e2e modules drive Chromium; API, page and unit tests are CPU-bound).
+
+Handed out in collection order, the working e2e modules ran first on all four workers (both cores busy), then
+the waiting modules ran together (up to 70 % of the CPU idle for a minute), then the unit tests. Mixed so that
+about half the workers wait while the rest work, the waiting fills time that was idle.
+
+`interleave` builds that order by replaying the scheduler: with per-test estimates of each sort's wall time
+(measured on the 2-core CI machine), whichever simulated worker is free next takes the longest waiting module
+left while fewer than half the workers wait, and otherwise the next working module (e2e first, the longest
+ones early so that none starts last). The estimates only steer the mix; a wrong one costs time, never a test.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Sort = Literal["waiting", "working"]
+
+# Seconds of wall time per test, by kind of module, from a timed run of the whole suite on four workers.
+SECONDS_PER_TEST = {"waiting": 4.2, "e2e": 6.3, "integration": 0.21, "unit": 0.04}
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    tests: int
+    slow: bool
+    e2e: bool
+
+    @property
+    def sort(self) -> Sort:
+        return "waiting" if self.slow and not self.e2e else "working"
+
+    @property
+    def estimate(self) -> float:
+        if self.sort == "waiting":
+            per_test = SECONDS_PER_TEST["waiting"]
+        elif self.e2e:
+            per_test = SECONDS_PER_TEST["e2e"]
+        elif "/unit/" in f"/{self.path}":
+            per_test = SECONDS_PER_TEST["unit"]
+        else:
+            per_test = SECONDS_PER_TEST["integration"]
+        return per_test * self.tests
+
+
+def interleave(modules: Sequence[Module], workers: int) -> list[str]:
+    """The module paths in the order to hand them out to `workers` workers."""
+    waiting = sorted((m for m in modules if m.sort == "waiting"), key=lambda m: -m.estimate)
+    # e2e first (the longest working modules), then the rest in their collection order.
+    working = [m for m in modules if m.sort == "working" and m.e2e]
+    working += [m for m in modules if m.sort == "working" and not m.e2e]
+    order: list[str] = []
+    # (time the worker is free, worker number, the sort it runs until then)
+    free: list[tuple[float, int, Sort | None]] = [(0.0, n, None) for n in range(max(1, workers))]
+    heapq.heapify(free)
+    while waiting or working:
+        now, n, _ = heapq.heappop(free)
+        busy_waiting = sum(1 for end, _, sort in free if sort == "waiting" and end > now)
+        take_waiting = bool(waiting) and (busy_waiting < max(1, workers // 2) or not working)
+        module = waiting.pop(0) if take_waiting else working.pop(0)
+        order.append(module.path)
+        heapq.heappush(free, (now + module.estimate, n, module.sort))
+    return order
+
+
+def positions(order: Sequence[str]) -> Mapping[str, int]:
+    return {path: n for n, path in enumerate(order)}
