@@ -145,6 +145,7 @@ class PerplexityClient:
         timeout: TimeoutArg = 30.0,
         agent_timeout: TimeoutArg = AGENT_TIMEOUT_S,
         max_retries: int = 3,
+        retry_base_s: float = 1.0,
         transport: httpx.BaseTransport | None = None,
         before_attempt: Callable[[str], object] | None = None,
         on_throttled: Callable[[str, float], object] | None = None,
@@ -159,7 +160,7 @@ class PerplexityClient:
         if not base.startswith(("http://", "https://")):
             raise ValueError(f"{BASE_URL_ENV} must be an http(s) URL, got {base_url!r}")
         self.base_url = base
-        self.policy = RetryPolicy(max_retries=max_retries)
+        self.policy = RetryPolicy(max_retries=max_retries, base_delay_s=retry_base_s)
         self._key = key
         self._agent_timeout = agent_timeout
         self._before_attempt = before_attempt

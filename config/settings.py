@@ -69,6 +69,9 @@ class Settings:
     perplexity_api_base: str = DEFAULT_API_BASE
     http_timeout_s: float = 30.0
     http_max_retries: int = 3
+    # The first backoff wait when the upstream sends no Retry-After (then twice that, four times; jittered).
+    # 1 s suits the public API; a gateway that recovers faster (or a test against the simulator) may use less.
+    http_retry_base_s: float = 1.0
 
     # Global upstream rate limits (requests per second, per key and endpoint).
     decisions_rps: float = 10.0
@@ -136,6 +139,8 @@ class Settings:
             )
         if self.intake_defer_rows < 0:
             raise ValueError(f"FACTGATE_INTAKE_DEFER_ROWS must be 0 or more, got {self.intake_defer_rows}")
+        if self.http_retry_base_s < 0:
+            raise ValueError(f"FACTGATE_HTTP_RETRY_BASE_S must be 0 or more, got {self.http_retry_base_s}")
         if self.hsts_max_age_s < 0:
             raise ValueError(f"FACTGATE_HSTS_MAX_AGE_S must be 0 or more, got {self.hsts_max_age_s}")
         # A headroom of 1 or more would turn every limit into "0 requests/s", which the limiter reads as
@@ -197,6 +202,7 @@ class Settings:
             perplexity_api_base=(_str(e, "PERPLEXITY_API_BASE") or DEFAULT_API_BASE).rstrip("/"),
             http_timeout_s=_float(e, "FACTGATE_HTTP_TIMEOUT_S", 30.0),
             http_max_retries=_int(e, "FACTGATE_HTTP_MAX_RETRIES", 3),
+            http_retry_base_s=_float(e, "FACTGATE_HTTP_RETRY_BASE_S", 1.0),
             decisions_rps=_float(e, "FACTGATE_DECISIONS_RPS", 10.0),
             search_rps=_float(e, "FACTGATE_SEARCH_RPS", 50.0),
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),

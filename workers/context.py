@@ -154,6 +154,7 @@ def make_client(
         transport=_simulator_transport() if simulated else None,
         timeout=settings.http_timeout_s,
         max_retries=settings.http_max_retries,
+        retry_base_s=settings.http_retry_base_s,
         before_attempt=before_attempt,
         on_throttled=on_throttled,
     )

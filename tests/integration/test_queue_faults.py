@@ -90,8 +90,12 @@ def _hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running
     """One simulator without rate limits and one stack (database, worker) for the hostile-upstream tests."""
     with (
         run_in_thread(SimConfig(decisions_rps=0, agent_rps=0, search_rps=0)) as sim,
+        # Retries back off from 0.1 s instead of 1 s: these tests count tries and outcomes, not waits.
         shared_stack(
-            sim.base_url, tmp_path_factory.mktemp("hostile"), FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES)
+            sim.base_url,
+            tmp_path_factory.mktemp("hostile"),
+            FACTGATE_MAX_ITEM_ATTEMPTS=str(MAX_TRIES),
+            FACTGATE_HTTP_RETRY_BASE_S="0.1",
         ) as stack,
     ):
         yield sim, stack
@@ -299,10 +303,18 @@ def test_accounting_under_half_transient_faults_matches_the_upstream(
     config = SimConfig(decisions_rps=0, fault_rate=0.5, faults=("500", "502", "503"), seed=7)
     with (
         run_in_thread(config) as sim,
-        running_stack(url, engine, sim.base_url, tmp_path, FACTGATE_MAX_ITEM_ATTEMPTS="6") as stack,
+        running_stack(
+            url,
+            engine,
+            sim.base_url,
+            tmp_path,
+            FACTGATE_MAX_ITEM_ATTEMPTS="6",
+            # The accounting is the point, not the waits: back off 0.1, 0.2, 0.4 s instead of 1, 2, 4 s.
+            FACTGATE_HTTP_RETRY_BASE_S="0.1",
+        ) as stack,
     ):
-        # Half the POSTs fail and each retry waits 1, 2, 4 s (the client's backoff): the threads spend most
-        # of the job asleep, so more of them keep the upstream busy.
+        # Half the POSTs fail and each retry waits (the client's backoff): the threads spend most of the job
+        # asleep, so more of them keep the upstream busy.
         stack.start_worker(concurrency=32)
         job_id = stack.submit_claims(_claims(150, "faulty"), {"mode": "grounded"})
         job = stack.wait_job(job_id, timeout=240)

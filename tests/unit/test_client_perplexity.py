@@ -359,6 +359,13 @@ def test_backoff_jitter_comes_from_the_injected_random(rand: float, waits: list[
     assert h.waits == waits
 
 
+def test_the_backoff_base_sets_the_first_wait() -> None:
+    h = Harness(*[httpx.Response(500) for _ in range(4)])
+    with h.client(retry_base_s=0.1) as client, pytest.raises(UpstreamError):
+        client.search({"query": "q"})
+    assert h.waits == pytest.approx([0.1, 0.2, 0.4])  # the harness's random is the jitter's midpoint
+
+
 def test_no_wait_is_longer_than_30_seconds() -> None:
     h = Harness(*[httpx.Response(502) for _ in range(7)])
     with h.client(max_retries=6, random=lambda: 0.99) as client, pytest.raises(UpstreamError):

@@ -51,6 +51,7 @@ def test_cookie_secure_spellings(raw: str, value: bool) -> None:
         ({"FACTGATE_SESSION_IDLE_S": "0"}, "must be above 0"),
         ({"FACTGATE_SESSION_MAX_S": "-5"}, "must be above 0"),
         ({"FACTGATE_HSTS_MAX_AGE_S": "-1"}, "FACTGATE_HSTS_MAX_AGE_S"),
+        ({"FACTGATE_HTTP_RETRY_BASE_S": "-0.5"}, "FACTGATE_HTTP_RETRY_BASE_S must be 0 or more"),
     ],
 )
 def test_bad_values_are_refused_naming_the_variable(env: dict[str, str], needle: str) -> None:

@@ -45,3 +45,19 @@ def test_a_401_on_a_tenants_own_key_says_how_to_replace_it(
     assert ("fingerprint 0123456789ab" in message and "--upstream-key-file" in message) is hint
     assert len(calls.rows) == 1 and calls.rows[0].status_code == 401  # the refused attempt is recorded
     ctx.close()
+
+
+def test_the_workers_client_takes_its_retries_and_backoff_from_the_settings(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "FACTGATE_INSTANCE_PATH": str(tmp_path),
+            "FACTGATE_HTTP_MAX_RETRIES": "5",
+            "FACTGATE_HTTP_RETRY_BASE_S": "0.1",
+        }
+    )
+    ctx = build_context(settings)
+    try:
+        assert ctx.client.policy.max_retries == 5
+        assert ctx.client.policy.base_delay_s == 0.1
+    finally:
+        ctx.close()
