@@ -12,10 +12,11 @@ Handed out in collection order, the working e2e modules ran first on all four wo
 the waiting modules ran together (up to 70 % of the CPU idle for a minute), then the unit tests. Mixed so that
 about half the workers wait while the rest work, the waiting fills time that was idle.
 
-`interleave` builds that order by replaying the scheduler: with per-test estimates of each sort's wall time
-(measured on the 2-core CI machine), whichever simulated worker is free next takes the longest waiting module
-left while fewer than half the workers wait, and otherwise the next working module (e2e first, the longest
-ones early so that none starts last). The estimates only steer the mix; a wrong one costs time, never a test.
+`interleave` builds that order by replaying the scheduler with estimates of each module's wall time (the long
+ones measured, the rest per test, on the 2-core CI machine): whichever simulated worker is free next takes the
+longest waiting module left while fewer than half the workers wait, and otherwise the longest working module
+left, so that no long module starts near the end. The estimates only steer the mix; a wrong one costs
+time, never a test.
 """
 
 from __future__ import annotations
@@ -29,6 +30,32 @@ Sort = Literal["waiting", "working"]
 
 # Seconds of wall time per test, by kind of module, from a timed run of the whole suite on four workers.
 SECONDS_PER_TEST = {"waiting": 4.2, "e2e": 6.3, "integration": 0.21, "unit": 0.04}
+# The long modules' own wall times in that run (`make test` on the 2-core CI machine), where a per-test
+# figure would be far off: a module of two tests that each run a job at 4 requests/s takes 28 s.
+MEASURED_S = {
+    "tests/integration/test_queue_claims.py": 56.0,
+    "tests/integration/test_queue_faults.py": 46.0,
+    "tests/integration/test_queue_fairness.py": 33.0,
+    "tests/integration/test_cli_embedded.py": 32.0,
+    "tests/e2e/test_browser.py": 28.5,
+    "tests/e2e/test_accessibility.py": 28.0,
+    "tests/integration/test_queue_tenants.py": 25.0,
+    "tests/integration/test_api_streaming.py": 20.5,
+    "tests/integration/test_cli_server.py": 17.0,
+    "tests/e2e/test_browser_upload.py": 16.5,
+    "tests/e2e/test_browser_reports.py": 16.0,
+    "tests/integration/test_queue_answer.py": 14.0,
+    "tests/unit/test_fairness.py": 12.5,
+    "tests/integration/test_webhooks_delivery.py": 12.0,
+    "tests/integration/test_api_intake.py": 11.5,
+    "tests/integration/test_honcho.py": 8.5,
+    "tests/e2e/test_browser_sessions.py": 8.5,
+    "tests/integration/test_limiter_redis.py": 8.0,
+    "tests/integration/test_queue_quote.py": 6.5,
+    "tests/integration/test_demo.py": 6.5,
+    "tests/integration/test_embedded_worker.py": 6.0,
+    "tests/integration/test_dispatcher.py": 5.0,
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +71,8 @@ class Module:
 
     @property
     def estimate(self) -> float:
+        if self.path in MEASURED_S:
+            return MEASURED_S[self.path]
         if self.sort == "waiting":
             per_test = SECONDS_PER_TEST["waiting"]
         elif self.e2e:
@@ -58,9 +87,8 @@ class Module:
 def interleave(modules: Sequence[Module], workers: int) -> list[str]:
     """The module paths in the order to hand them out to `workers` workers."""
     waiting = sorted((m for m in modules if m.sort == "waiting"), key=lambda m: -m.estimate)
-    # e2e first (the longest working modules), then the rest in their collection order.
-    working = [m for m in modules if m.sort == "working" and m.e2e]
-    working += [m for m in modules if m.sort == "working" and not m.e2e]
+    # The longest first (the e2e modules among them), so that no long module starts near the end.
+    working = sorted((m for m in modules if m.sort == "working"), key=lambda m: -m.estimate)
     order: list[str] = []
     # (time the worker is free, worker number, the sort it runs until then)
     free: list[tuple[float, int, Sort | None]] = [(0.0, n, None) for n in range(max(1, workers))]

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +29,7 @@ from models import ApiCall, Item, Job, session_scope
 from models.db import make_session_factory
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
-from tests.integration.stack import Stack, fresh_database, running_stack
+from tests.integration.stack import SharedStack, Stack, shared_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,16 +44,15 @@ def _claims(n: int, tag: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[Stack, str]]:
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SharedStack, str]]:
+    """One simulator, database and worker for the module's two tests (their settings are the same; their
+    tenants are their own)."""
     with (
-        fresh_database() as (url, engine),
         run_in_thread(SimConfig(decisions_rps=RATE, latency_s=0.05)) as sim,
-        running_stack(
-            url,
-            engine,
+        shared_stack(
             sim.base_url,
-            tmp_path,
+            tmp_path_factory.mktemp("tenants"),
             FACTGATE_DECISIONS_RPS=str(RATE),
             FACTGATE_ENCRYPTION_KEYS=ENCRYPTION_KEY,
             # Each key is paced at 4/s (250 ms apart) against the simulator's 5 per any second: a 429 would
@@ -94,7 +92,9 @@ def _calls(stack: Stack, job_id: uuid.UUID) -> int:
         return int(s.scalar(select(func.count()).where(ApiCall.job_id == job_id)) or 0)
 
 
-def test_a_daily_budget_reached_mid_job_holds_the_rest_until_it_is_raised(stack: tuple[Stack, str]) -> None:
+def test_a_daily_budget_reached_mid_job_holds_the_rest_until_it_is_raised(
+    stack: tuple[SharedStack, str],
+) -> None:
     st, _sim = stack
     factory = make_session_factory(st.engine)
     with session_scope(factory) as s:
@@ -122,7 +122,7 @@ def test_a_daily_budget_reached_mid_job_holds_the_rest_until_it_is_raised(stack:
     assert _statuses(st, job_id) == Counter({"done": 40})
 
 
-def test_a_tenant_with_its_own_key_has_its_own_rate_limit(stack: tuple[Stack, str]) -> None:
+def test_a_tenant_with_its_own_key_has_its_own_rate_limit(stack: tuple[SharedStack, str]) -> None:
     st, sim = stack
     factory = make_session_factory(st.engine)
     with session_scope(factory) as s:

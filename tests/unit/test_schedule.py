@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from tests.schedule import Module, interleave
+from pathlib import Path
+
+from tests.schedule import MEASURED_S, Module, interleave
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _modules() -> list[Module]:
@@ -41,3 +45,8 @@ def test_waiting_modules_are_spread_out_not_run_all_at_once() -> None:
 def test_one_worker_runs_everything_in_turn() -> None:
     modules = _modules()
     assert len(interleave(modules, workers=1)) == len(modules)
+
+
+def test_every_measured_module_still_exists() -> None:
+    # A renamed or deleted module would leave its figure behind and steer nothing.
+    assert [path for path in MEASURED_S if not (ROOT / path).is_file()] == []
