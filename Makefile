@@ -59,17 +59,10 @@ test: install services browser warm ## install, start services and the browser, 
 
 # A fresh clone has no bytecode for this project's modules nor for pytest's rewritten test modules, and the
 # four workers of `make test` would each compile all of it at the same moment (13 s of the run's wall time
-# here). Two collect-only passes, over alternate halves of the test files, write it first in about 5 s; a
-# tree that has run the tests before (tests/__pycache__ exists) skips this. Collection errors are left for the
-# real run to report.
+# here). scripts/warm_bytecode.py writes it first, on every core, in about 1 s; a tree that has run the tests
+# before (tests/__pycache__ exists) skips it.
 warm: install
-	@[ -d tests/__pycache__ ] || { \
-		files="$$(ls tests/*/test_*.py)"; \
-		$(PY) -m pytest --collect-only -q -p no:cov -p no:cacheprovider $$(echo "$$files" | awk 'NR % 2') \
-			> /dev/null 2>&1 & \
-		$(PY) -m pytest --collect-only -q -p no:cov -p no:cacheprovider $$(echo "$$files" | awk 'NR % 2 == 0') \
-			> /dev/null 2>&1; \
-		wait; true; }
+	@[ -d tests/__pycache__ ] || $(PY) scripts/warm_bytecode.py
 
 # The unit tests are pure and CPU-bound: one xdist worker per core (two here), without coverage (`make test`
 # measures it), so the loop of editing and checking stays near 20 s.
