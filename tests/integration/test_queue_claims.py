@@ -250,16 +250,16 @@ def test_429_storm_pauses_workers_and_job_completes(
     queue_db: tuple[str, Engine], tmp_path: Path, reference: list[dict[str, object]]
 ) -> None:
     pg_url, pg_engine = queue_db
-    # The upstream allows 4/s while our limiter believes 10/s: 429s follow, every worker pauses.
+    # The upstream allows 8/s while our limiter believes 20/s: 429s follow, every worker pauses.
     with (
-        run_in_thread(SimConfig(decisions_rps=4)) as sim,
+        run_in_thread(SimConfig(decisions_rps=8)) as sim,
         running_stack(
             pg_url,
             pg_engine,
             sim.base_url,
             tmp_path,
             FACTGATE_MAX_ITEM_ATTEMPTS="8",
-            FACTGATE_DECISIONS_RPS="10",
+            FACTGATE_DECISIONS_RPS="20",
         ) as stack,
     ):
         stack.start_worker(concurrency=8)
