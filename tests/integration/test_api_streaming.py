@@ -295,12 +295,11 @@ def end_idle_transactions_after_3s(web: WebEnv) -> None:
 
 
 def test_export_read_slower_than_the_idle_transaction_timeout_is_complete(own_db_web: WebEnv) -> None:
-    """The reader pauses 3.5 s inside the first two 1,000-item chunks: a transaction held across the transfer
-    would be ended by Postgres after 3 s (and the file silently cut); short per-chunk sessions are not. (3 s, not
-    1 s: a chunk's own short transaction builds 1,000 result lines, which took over a second in a CI run
-    on a busy machine.) The
-    timeout is set after the job is stored: the upload is not what this test measures (on a busy machine
-    its own transaction could sit idle for a second between reads of the body)."""
+    """The reader pauses 3.5 s inside the first two 1,000-item chunks: a transaction held across the
+    transfer would be ended by Postgres after 3 s (and the file silently cut); short per-chunk sessions are
+    not. (3 s, not 1 s: a chunk's own short transaction builds 1,000 result lines, which took over a second in
+    a CI run on a busy machine.) The timeout is set after the job is stored: the upload is not what this test
+    measures (on a busy machine its own transaction could sit idle for a second between reads of the body)."""
     web = own_db_web
     caller = web.new_caller()
     jid = claims_job(web, caller, 2_500)
