@@ -61,6 +61,13 @@ def live_token(session: Session, token: str) -> Credential | None:
     return Credential(token=row[0], tenant=row[1])
 
 
+def token_is_live(session: Session, token_id: uuid.UUID) -> bool:
+    """True while the token is not revoked. A download re-checks it between chunks: access ends with the
+    grant, not with the end of a transfer that began before the revocation."""
+    query = select(ApiToken.id).where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+    return session.scalar(query) is not None
+
+
 def record_token_use(session: Session, token: ApiToken, now: datetime | None = None) -> bool:
     """Set `last_used_at` unless it was set less than a minute ago; True when it was written."""
     now = now or utcnow()
@@ -169,6 +176,26 @@ def seen_every(idle_s: float) -> timedelta:
     """How stale `last_seen_at` may get before a page request rewrites it: a tenth of the idle timeout,
     at most a minute (so a session may end up to that much before its idle timeout, never after)."""
     return min(MAX_SEEN_EVERY, timedelta(seconds=idle_s / 10))
+
+
+def page_session_is_live(
+    session: Session, session_id: uuid.UUID, *, max_s: float, now: datetime | None = None
+) -> bool:
+    """True while the page session has not ended, its token is not revoked and its `max_s` after sign-in
+    have not passed. A download re-checks this between chunks. It ends nothing itself, and idleness does not
+    count: the download in progress is the person's activity; the next page request ends the session."""
+    now = now or utcnow()
+    query = (
+        select(WebSession.id)
+        .join(ApiToken, ApiToken.id == WebSession.token_id)
+        .where(
+            WebSession.id == session_id,
+            WebSession.ended_at.is_(None),
+            ApiToken.revoked_at.is_(None),
+            WebSession.created_at > now - timedelta(seconds=max_s),
+        )
+    )
+    return session.scalar(query) is not None
 
 
 def check_session(

@@ -24,7 +24,7 @@ from jobs.queries import get_job, list_jobs, lookup_request, result_cursor, unsu
 from jobs.quotas import QuotaExceeded
 from jobs.usage import tenant_usage
 from models import JOB_STATUSES, Job, utcnow
-from web.auth import current_tenant, require_tenant
+from web.auth import current_tenant, require_tenant, token_still_live
 from web.errors import (
     IDEMPOTENCY_CONFLICT,
     QUOTA_EXCEEDED,
@@ -254,7 +254,8 @@ def job_results(job_id: str) -> Response:
     if fmt == "csv":
         if after is not None:
             raise invalid("after resumes the NDJSON stream only; leave it out with format=csv", field="after")
-        resp = Response(stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind]), mimetype="text/csv")
+        body = stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind], allowed=token_still_live())
+        resp = Response(body, mimetype="text/csv")
         resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
     else:
         start = START
@@ -263,7 +264,9 @@ def job_results(job_id: str) -> Response:
             if cursor is None:
                 raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
             start = cursor
-        body = stream_job(sessions, job.id, iterator, ndjson_lines, start=start, after=after)
+        body = stream_job(
+            sessions, job.id, iterator, ndjson_lines, start=start, after=after, allowed=token_still_live()
+        )
         resp = Response(body, mimetype=NDJSON_MIMETYPE)
         resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
     resp.headers["X-Job-Status"] = job.status
@@ -275,7 +278,9 @@ def job_errors(job_id: str) -> Response:
     """Failed and skipped items as NDJSON, with their errors and upstream request ids (trailer last)."""
     _reject_unknown_params(())
     job = _job_or_404(job_id)
-    lines = stream_job(resources().sessions, job.id, unsuccessful_items_page, ndjson_lines)
+    lines = stream_job(
+        resources().sessions, job.id, unsuccessful_items_page, ndjson_lines, allowed=token_still_live()
+    )
     resp = Response(lines, mimetype=NDJSON_MIMETYPE)
     resp.headers["X-Job-Status"] = job.status
     return resp

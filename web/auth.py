@@ -8,9 +8,13 @@ its own before the view runs.
 
 from __future__ import annotations
 
-from flask import g, request
+import uuid
+from collections.abc import Callable
 
-from jobs.sessions import live_token, record_token_use
+from flask import g, request
+from sqlalchemy.orm import Session
+
+from jobs.sessions import live_token, record_token_use, token_is_live
 from models import Tenant
 from web.errors import unauthenticated
 from web.session import db_session
@@ -39,6 +43,14 @@ def require_tenant() -> None:
     if record_token_use(session, credential.token):
         session.commit()
     g.tenant = credential.tenant
+    g.token_id = credential.token.id
+
+
+def token_still_live() -> Callable[[Session], bool]:
+    """For a streamed download: is the token this request authenticated with still live? (Asked between
+    chunks, after the request has returned, so the token's id is bound now.)"""
+    token_id: uuid.UUID = g.token_id
+    return lambda session: token_is_live(session, token_id)
 
 
 def current_tenant() -> Tenant:

@@ -10,6 +10,9 @@ A stream reads whatever exists: a running job's export holds its finished rows a
 status `pending`. A stream opens its sessions itself (`stream_job`): Flask tears the request's app
 context down when the view returns, before the first chunk is sent.
 
+A stream whose caller's access ends while it runs (the token revoked, the page session ended) stops at the
+next chunk, without its trailer: `allowed` is checked in each chunk's session.
+
 Every export ends with a trailer, so a truncated transfer never looks complete:
 - NDJSON: a last line `{"_end": {"count": N, "after": <the ?after= given or null>, "last_id": <the last
   line's custom_id or null>}}`, N being the lines above it in this response. A client that lost the
@@ -21,8 +24,9 @@ Every export ends with a trailer, so a truncated transfer never looks complete:
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +46,7 @@ __all__ = [
     "CSV_RENDERERS",
     "RESULT_ITERATORS",
     "START",
+    "AccessEnded",
     "Progress",
     "claims_csv",
     "ndjson_lines",
@@ -55,6 +60,15 @@ __all__ = [
 AnyPage = ResultPage | Any
 
 CHUNK_ITEMS = 1_000
+
+log = logging.getLogger(__name__)
+
+# Whether the caller may still read, asked in each chunk's session (None: nothing to re-check).
+Allowed = Callable[[Session], bool]
+
+
+class AccessEnded(Exception):  # noqa: N818 - an event, not an error: the stream stops on it
+    """The caller's access ended while its download was being read."""
 
 
 @dataclass
@@ -74,12 +88,16 @@ def read_chunks(
     *,
     start: Cursor = START,
     chunk_items: int = CHUNK_ITEMS,
+    allowed: Allowed | None = None,
 ) -> Iterator[Contract | dict[str, Any]]:
     """Every record after `start`, read `chunk_items` at a time, each chunk in a session closed before
-    its records are yielded (so none is open while the client reads them)."""
+    its records are yielded (so none is open while the client reads them). Raises `AccessEnded` before a
+    chunk once `allowed` says no."""
     cursor = start
     while True:
         with sessions() as session:
+            if allowed is not None and not allowed(session):
+                raise AccessEnded
             job = session.get(Job, job_id)
             if job is None:  # deleted since the view's check (or between chunks)
                 return
@@ -155,10 +173,23 @@ def stream_job(
     *,
     start: Cursor = START,
     after: str | None = None,
+    allowed: Allowed | None = None,
 ) -> Iterator[str]:
     """Render the records of `pages` read in chunks after `start` (`after` is the `?after=` id it was
-    resolved from), then, for NDJSON, the trailer line (CSV renderers end with their own `#end` row)."""
+    resolved from), then, for NDJSON, the trailer line (CSV renderers end with their own `#end` row).
+
+    When the caller's access ends mid-stream the response simply ends where it is, without a trailer or an
+    `#end` row: the reader sees an incomplete download, as after a lost connection, and can no longer resume
+    it with that grant."""
     progress = Progress(after=after)
-    yield from render(read_chunks(sessions, job_id, pages, progress, start=start))
+    try:
+        yield from render(read_chunks(sessions, job_id, pages, progress, start=start, allowed=allowed))
+    except AccessEnded:
+        log.info(
+            "export of job %s stopped after %d records: the caller's access ended",
+            job_id,
+            progress.count,
+        )
+        return
     if render is ndjson_lines:
         yield ndjson_trailer(progress)

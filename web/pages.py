@@ -10,7 +10,8 @@ Views are thin: reads and state changes go through jobs/, reports are assembled 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,13 +32,14 @@ from flask import (
 )
 from flask_wtf.csrf import CSRFError  # type: ignore[import-untyped]
 from markupsafe import Markup
+from sqlalchemy.orm import Session
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
-from jobs.sessions import LiveSession, live_token
+from jobs.sessions import LiveSession, live_token, page_session_is_live
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
 from models import JOB_STATUSES, Job
 from web import page_session
@@ -49,7 +51,7 @@ from web.pages_new_job import new_job
 from web.pages_reports import report_context
 from web.pages_usage import usage_page
 from web.security import csrf, init_security, report_csp
-from web.session import EXTENSION, db_session, resources
+from web.session import EXTENSION, db_session, resources, settings
 from workers.api import enqueue_start, enqueue_webhooks
 
 log = logging.getLogger("factgate.web")
@@ -107,6 +109,7 @@ def _guard() -> BaseResponse | None:
     found = page_session.current(activity=request.endpoint not in BACKGROUND_ENDPOINTS)
     if isinstance(found, LiveSession):
         g.tenant = found.tenant
+        g.page_session_id = found.id
         return None
     message = "Sign in again."
     if found is not None:  # an ended session: forget it, and say why on the sign-in page
@@ -282,6 +285,14 @@ def webhook_redeliver(job_id: str, delivery_id: str) -> BaseResponse:
 # --- downloads -------------------------------------------------------------------------------------------
 
 
+def _session_still_live() -> Callable[[Session], bool]:
+    """For a streamed download: is this request's page session still live? (Asked between chunks, after the
+    request has returned, so the session's id and the settings are bound now.)"""
+    session_id: uuid.UUID = g.page_session_id
+    max_s = settings().session_max_s
+    return lambda db: page_session_is_live(db, session_id, max_s=max_s)
+
+
 def _download(job: Job, body: Iterator[str], mimetype: str, filename: str) -> Response:
     resp = Response(body, mimetype=mimetype)
     resp.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
@@ -295,7 +306,7 @@ def results_ndjson(job_id: str) -> Response:
     iterator = RESULT_ITERATORS.get(job.kind)
     if iterator is None:
         abort(404, description=f"{job.kind} is not a job kind this version knows.")
-    body = stream_job(resources().sessions, job.id, iterator, ndjson_lines)
+    body = stream_job(resources().sessions, job.id, iterator, ndjson_lines, allowed=_session_still_live())
     return _download(job, body, NDJSON_MIMETYPE, f"factgate-{job.id}-results.ndjson")
 
 
@@ -306,7 +317,7 @@ def results_csv(job_id: str) -> Response:
     render = CSV_RENDERERS.get(job.kind)
     if iterator is None or render is None:
         abort(404, description=f"{job.kind} is not a job kind this version knows.")
-    body = stream_job(resources().sessions, job.id, iterator, render)
+    body = stream_job(resources().sessions, job.id, iterator, render, allowed=_session_still_live())
     return _download(job, body, "text/csv", f"factgate-{job.id}-results.csv")
 
 

@@ -12,6 +12,8 @@ every row.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import time
 from collections.abc import Iterator
@@ -19,8 +21,10 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from sqlalchemy import text
+from sqlalchemy import select, text
 
+from jobs.tenancy import revoke_token
+from models import ApiToken, session_scope
 from tests.integration.export_files import csv_records, ndjson_records
 from tests.integration.item_rows import DEDUPE_KEY, LEADER_ID, item_rows
 from tests.integration.test_api_intake import Unchanged, error_of
@@ -37,6 +41,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     web_settings,
 )
 from tests.services import create_pg_database, drop_pg_database
+from web.exports import CHUNK_ITEMS
 
 pytestmark = pytest.mark.integration
 
@@ -269,6 +274,40 @@ def test_csv_export_ends_with_its_row_count(web: WebEnv, caller: Caller) -> None
     )
     assert text_.endswith("\r\n#end,2200\r\n")
     assert len(csv_records(text_)) == 2_200
+
+
+def received_text(pieces: list[Any]) -> str:
+    return "".join(p.decode() if isinstance(p, bytes) else p for p in pieces)
+
+
+@pytest.mark.parametrize("fmt", ["ndjson", "csv"])
+def test_an_export_stops_at_the_next_chunk_once_its_token_is_revoked(
+    web: WebEnv, caller: Caller, fmt: str
+) -> None:
+    """Access ends with the grant: a download under way when its token is revoked stops before its next
+    1,000-item chunk, without the trailer, so the file reads as incomplete, never as whole."""
+    jid = claims_job(web, caller, 2_500)
+    resp = web.client.get(f"/v1/jobs/{jid}/results?format={fmt}", headers=caller.headers, buffered=False)
+    assert resp.status_code == 200
+    pieces = iter(resp.response)
+    received: list[Any] = []
+    while received_text(received).count("\n") < 3:  # under way: the first chunk is being sent
+        received.append(next(pieces))
+    with session_scope(web.sessions) as s:
+        token_id = s.scalar(select(ApiToken.id).where(ApiToken.tenant_id == caller.tenant_id))
+        assert revoke_token(s, str(token_id)) == 1
+    received.extend(pieces)
+    resp.close()
+    text_ = received_text(received)
+    if fmt == "ndjson":
+        ids = [json.loads(line)["custom_id"] for line in text_.splitlines()]  # no `_end` line among them
+    else:
+        assert text_.startswith("custom_id,") and "#end" not in text_
+        ids = [row["custom_id"] for row in csv.DictReader(io.StringIO(text_))]
+    # The rest of the chunk in hand, in order, and not one chunk more.
+    assert 3 <= len(ids) <= CHUNK_ITEMS and ids == [f"r{i:05d}" for i in range(len(ids))]
+    # The same token now gets nothing at all.
+    assert web.client.get(f"/v1/jobs/{jid}/results", headers=caller.headers).status_code == 401
 
 
 @pytest.fixture

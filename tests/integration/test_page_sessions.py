@@ -11,6 +11,7 @@ Timeouts are tested by moving the stored timestamps back, never by sleeping.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -22,9 +23,11 @@ from celery import Celery
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
+from jobs.sessions import page_session_is_live
 from jobs.tenancy import revoke_token
 from models import ApiToken, WebSession, session_scope, utcnow
 from tests.e2e.builders import claim_output, finalize, settle, submit_claims
+from tests.integration.test_api_streaming import claims_job, received_text
 from tests.integration.test_cli_helpers import clean_env, cli
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     Caller,
@@ -34,6 +37,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     memory_celery,
     web_settings,
 )
+from web.exports import CHUNK_ITEMS
 
 pytestmark = pytest.mark.integration
 
@@ -247,6 +251,52 @@ def test_sign_out_ends_the_session_and_a_copy_of_the_cookie(web: WebEnv, caller:
     thief = thief()
     refused(thief.get("/jobs"))
     assert "This session was signed out" in sign_in_page(thief)
+
+
+@pytest.mark.parametrize("how", ["signed out in another tab", "token revoked"])
+def test_a_download_under_way_stops_at_the_next_chunk_once_the_session_ends(
+    web: WebEnv, caller: Caller, how: str
+) -> None:
+    """Access ends with the grant: a results download that began before the session ended sends the rest
+    of the chunk it holds and then stops, without the trailer that marks a whole file."""
+    job_id = claims_job(web, caller, 2_500)
+    sign_in(web.client, caller)
+    csrf = csrf_token(web.client, "/jobs")
+    resp = web.client.get(f"/jobs/{job_id}/results.ndjson", buffered=False)
+    assert resp.status_code == 200
+    pieces = iter(resp.response)
+    received = [next(pieces) for _ in range(3)]  # under way: the first chunk is being sent
+    if how == "token revoked":
+        with session_scope(web.sessions) as session:
+            assert revoke_token(session, str(token_row(web, caller).id)) == 1
+    else:
+        assert web.client.post("/sign-out", data={"csrf_token": csrf}).status_code == 302
+    received.extend(pieces)
+    resp.close()
+    ids = [json.loads(line)["custom_id"] for line in received_text(received).splitlines()]  # no `_end`
+    assert 3 <= len(ids) <= CHUNK_ITEMS and ids == [f"r{i:05d}" for i in range(len(ids))]
+    refused(web.client.get(f"/jobs/{job_id}/results.ndjson"))
+
+
+def test_what_a_download_rechecks_between_chunks(web: WebEnv, caller: Caller) -> None:
+    """Ended, revoked and past its lifetime stop a download; idleness does not (the download is activity)."""
+    sign_in(web.client, caller)
+    sid = only_session(web, caller).id
+
+    def live() -> bool:
+        with web.sessions() as session:
+            return page_session_is_live(session, sid, max_s=MAX_S)
+
+    move_session(web, sid, last_seen_at=IDLE_S * 2)
+    assert live()
+    move_session(web, sid, created_at=MAX_S + 1)
+    assert not live()
+    move_session(web, sid, created_at=0)
+    assert live()
+    with session_scope(web.sessions) as session:
+        assert revoke_token(session, str(token_row(web, caller).id)) == 1
+    assert not live()
+    assert only_session(web, caller).ended_at is None  # the check ends nothing: the next page request does
 
 
 def test_signing_in_again_replaces_the_browsers_session(web: WebEnv, caller: Caller) -> None:
