@@ -18,10 +18,12 @@ from checks.answer_requests import CHECKABLE_QUESTION, contradicts_question, sup
 __all__ = [
     "CHECKABLE_MIN",
     "CONTRADICTED_MIN",
+    "DEFAULT_CUTOFFS",
     "LABELS",
     "SUPPORTED_MIN",
     "WEAK_MIN",
     "Label",
+    "LabelCutoffs",
     "LabelResult",
     "label_sentence",
 ]
@@ -33,6 +35,21 @@ WEAK_MIN: Final = 0.4  # best supports at or above this (and below SUPPORTED_MIN
 
 Label = Literal["supported", "weak", "unsupported", "contradicted", "uncited", "not_checkable"]
 LABELS: Final[tuple[Label, ...]] = get_args(Label)  # display order, also the order of label counts
+
+
+@dataclass(frozen=True)
+class LabelCutoffs:
+    """The four cutoffs of the policy. The answer kind always uses `DEFAULT_CUTOFFS` (its recorded outcomes
+    were measured with them); the citations kind takes them as options and replays others."""
+
+    supported_min: float = SUPPORTED_MIN
+    weak_min: float = WEAK_MIN
+    contradicted_min: float = CONTRADICTED_MIN
+    checkable_min: float = CHECKABLE_MIN
+
+
+DEFAULT_CUTOFFS: Final = LabelCutoffs()
+MISSING_RESULT: Final = "no search result has that number"
 
 
 @dataclass(frozen=True)
@@ -54,13 +71,18 @@ class LabelResult:
 def label_sentence(
     answers: Mapping[str, float],
     passage_ids: Iterable[str | int],
-    missing_ids: Sequence[int] = (),
+    missing_ids: Sequence[int | str] = (),
+    *,
+    cutoffs: LabelCutoffs = DEFAULT_CUTOFFS,
+    missing_note: str = MISSING_RESULT,
 ) -> LabelResult:
     """Label one sentence from its Decisions answers (question name -> probability of yes).
 
     `passage_ids` are the passages the request cited; none means no usable citation. `missing_ids`
-    (markers pointing at no search result) don't change the label but are named in the rule text.
+    (markers pointing at no search result) don't change the label but are named in the rule text, followed
+    by `missing_note` (what a marker names that does not exist: a search result, a source).
     """
+    c = cutoffs
     checkable = _probability(answers, CHECKABLE_QUESTION)
     ids = [str(n) for n in passage_ids]
     supports = {n: _probability(answers, supports_question(n)) for n in ids}
@@ -71,21 +93,22 @@ def label_sentence(
     worst = contradicts[worst_passage] if worst_passage is not None else None
 
     label: Label
-    if checkable < CHECKABLE_MIN:
-        label, rule = "not_checkable", f"checkable {checkable:.3f} < {CHECKABLE_MIN}"
-    elif worst is not None and worst >= CONTRADICTED_MIN:
-        label, rule = "contradicted", f"passage {worst_passage} contradicts {worst:.3f} ≥ {CONTRADICTED_MIN}"
+    if checkable < c.checkable_min:
+        label, rule = "not_checkable", f"checkable {checkable:.3f} < {c.checkable_min}"
+    elif worst is not None and worst >= c.contradicted_min:
+        rule = f"passage {worst_passage} contradicts {worst:.3f} ≥ {c.contradicted_min}"
+        label = "contradicted"
     elif best is None:
         label, rule = "uncited", f"checkable {checkable:.3f}, no usable citation"
-    elif best >= SUPPORTED_MIN:
-        label, rule = "supported", f"passage {best_passage} supports {best:.3f} ≥ {SUPPORTED_MIN}"
-    elif best >= WEAK_MIN:
-        label, rule = "weak", f"best support {best:.3f} (passage {best_passage}) < {SUPPORTED_MIN}"
+    elif best >= c.supported_min:
+        label, rule = "supported", f"passage {best_passage} supports {best:.3f} ≥ {c.supported_min}"
+    elif best >= c.weak_min:
+        label, rule = "weak", f"best support {best:.3f} (passage {best_passage}) < {c.supported_min}"
     else:
-        label, rule = "unsupported", f"best support {best:.3f} (passage {best_passage}) < {WEAK_MIN}"
+        label, rule = "unsupported", f"best support {best:.3f} (passage {best_passage}) < {c.weak_min}"
     if missing_ids:
         cited = ", ".join(f"[{n}]" for n in missing_ids)
-        rule += f"; cites {cited} but no search result has that number"
+        rule += f"; cites {cited} but {missing_note}"
     return LabelResult(label, rule, checkable, best, best_passage, worst, worst_passage)
 
 

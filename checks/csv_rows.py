@@ -112,6 +112,9 @@ def csv_records(lines: Iterable[bytes | str], kind: str) -> Iterator[dict[str, o
     Raises CsvError at the first problem only CSV can have; row problems (a missing claim, a bad label)
     are left to the kind's row checker, which then names the same line.
     """
+    refusal = recipe_for(kind).csv_refusal
+    if refusal is not None:
+        raise CsvError(1, None, refusal)
     required, _allowed = csv_columns(kind)
     reader = csv.reader(_decoded(lines), strict=True)
     header: list[str] | None = None

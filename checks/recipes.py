@@ -78,6 +78,9 @@ class Recipe:
     row_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     options_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     schema_names: tuple[str, str] = ("", "")  # (row, options); "" = <Title>Row / <Title>Options
+    # Why a CSV body cannot hold this kind's rows (nested fields), or None when it can: a CSV body of such a
+    # kind is refused at line 1 with this reason (checks/csv_rows.py), and the New job page offers no CSV.
+    csv_refusal: str | None = None
 
     def __post_init__(self) -> None:
         if not self.stages:

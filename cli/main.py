@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "check": "cli.check_cmd:check",
     "ask": "cli.check_cmd:ask",
     "quote": "cli.check_cmd:quote",
+    "citations": "cli.citations_cmd:citations",
     "submit": "cli.jobs_cmd:submit",
     "status": "cli.jobs_cmd:status",
     "results": "cli.jobs_cmd:results",

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from checks import answers as gate
+from checks.answer_labels import DEFAULT_CUTOFFS, LabelCutoffs
 from clients.results import AgentAnswer, Decision, SearchResult
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
@@ -71,8 +72,11 @@ def _agent_facts(answer: AgentAnswer) -> dict[str, Any]:
     }
 
 
-def score_sentence(calls: Calls, spec: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """One Decisions request for one sentence; its probabilities, label and rule, with request ids."""
+def score_sentence(
+    calls: Calls, spec: Mapping[str, Any], model: str, cutoffs: LabelCutoffs = DEFAULT_CUTOFFS
+) -> dict[str, Any]:
+    """One Decisions request for one sentence; its probabilities, label and rule, with request ids.
+    `cutoffs` are the label policy's (the answer kind's fixed ones unless a citations job reviews)."""
     passages = {str(k): str(v) for k, v in (spec.get("passages") or {}).items()}
     try:
         body = gate.sentence_request(str(spec["claim"]), passages, model)
@@ -82,7 +86,9 @@ def score_sentence(calls: Calls, spec: Mapping[str, Any], model: str) -> dict[st
     answers = answers_as_dicts(decision)
     probabilities = {name: float(a["noul"]) for name, a in answers.items() if "noul" in a}
     try:
-        result = gate.label_sentence(probabilities, passages.keys(), spec.get("missing_ids") or ())
+        result = gate.label_sentence(
+            probabilities, passages.keys(), spec.get("missing_ids") or (), cutoffs=cutoffs
+        )
     except ValueError as exc:
         raise StepError(
             f"unusable Decisions answer: {exc}",
@@ -143,7 +149,9 @@ def handle_sentence(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outc
     return Done(output, calls.rows)
 
 
-def handle_investigation(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
+def handle_investigation(
+    ctx: WorkerContext, item: ClaimedItem, calls: Calls, *, cutoffs: LabelCutoffs = DEFAULT_CUTOFFS
+) -> Outcome:
     """Search again for one flagged sentence and score every sentence of the rewrite.
 
     Everything done before a failure stays in the failed item's output (the rewrite text, the sentences
@@ -169,7 +177,7 @@ def handle_investigation(ctx: WorkerContext, item: ClaimedItem, calls: Calls) ->
         return Failed(error, calls.rows, {**output, "error": error, "request_ids": _all_ids(output)})
     for spec in specs:
         try:
-            scored = score_sentence(calls, spec, model)
+            scored = score_sentence(calls, spec, model, cutoffs)
         except StepError as exc:
             output["sentences"].append(
                 {**spec, "status": "failed", "error": str(exc), "request_ids": exc.request_ids}

@@ -1,0 +1,114 @@
+"""`factgate citations FILE`: check a team's own answers against the sources they cite, end to end.
+
+Embedded by default (this process runs the app and a worker on a SQLite file), or on a server with
+`--server URL`; either way the job goes through the API, like `check`, `ask` and `quote`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from checks.citation_contracts import CitationsSummary
+from cli.check_cmd import _command_line, _read_file, _server_options, _srv
+from cli.errors import InputError
+from cli.kinds import render_line
+from cli.kinds.citations import metrics_line
+from cli.run import announce, fetch_job, finish, wait
+from cli.target import Target, open_target, server_from, token_from
+
+
+@click.command()
+@click.argument("file", required=False, type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--model", default=None, help="Decisions model (default pplx-decider-v1.1-27b).")
+@click.option("--supported-min", type=float, default=None, help="Label cutoff (default 0.7).")
+@click.option("--weak-min", type=float, default=None, help="Label cutoff (default 0.4).")
+@click.option("--contradicted-min", type=float, default=None, help="Label cutoff (default 0.6).")
+@click.option("--checkable-min", type=float, default=None, help="Label cutoff (default 0.5).")
+@click.option(
+    "--misattribution/--no-misattribution",
+    default=True,
+    show_default=True,
+    help="Also ask whether the sources a sentence does not cite support it.",
+)
+@click.option(
+    "--review",
+    type=click.Choice(("none", "agent")),
+    default="none",
+    show_default=True,
+    help="agent: suggest a rewrite of flagged sentences of answers with a question (Agent API).",
+)
+@click.option("--budget-usd", type=float, default=None, help="Stop sending requests past this spend.")
+@_server_options
+@click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the HTML report (embedded; default instance/reports/).",
+)
+def citations(
+    *,
+    file: Path | None,
+    model: str | None,
+    supported_min: float | None,
+    weak_min: float | None,
+    contradicted_min: float | None,
+    checkable_min: float | None,
+    misattribution: bool,
+    review: str,
+    budget_usd: float | None,
+    server: str | None,
+    token: str | None,
+    resume_id: str | None,
+    report_path: Path | None,
+) -> None:
+    """Check the answers in FILE (NDJSON: id, answer, sources, optional question) against their sources.
+
+    Prints each answer's sentences with their labels, misattributed and missing citations, and the
+    citation metrics of each answer and of the job. Ctrl-C leaves the job saved; the command prints how
+    to resume it.
+    """
+    if file is None and resume_id is None:
+        raise InputError("give an answers FILE (or --resume JOB to continue an earlier check)")
+    data = _read_file(file) if file is not None else b""
+    srv = server_from(server)
+    options = {
+        "model": model,
+        "supported_min": supported_min,
+        "weak_min": weak_min,
+        "contradicted_min": contradicted_min,
+        "checkable_min": checkable_min,
+        "misattribution": misattribution,
+        "review": review,
+        "budget_usd": budget_usd,
+        "priority": "interactive",  # someone is waiting at a terminal
+    }
+    with open_target(srv, token_from(token), run_worker=True) as target:
+        announce(target)
+        if resume_id is not None:
+            job = fetch_job(target, resume_id, "citations")
+        else:
+            job = target.client.submit_ndjson(data, kind="citations", options=options, input_name=str(file))
+            n = (job.get("request_counts") or {}).get("total", 0)
+            click.echo(f"job {job['id']}: {n} answers queued", err=True)
+        hint = _command_line("citations", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
+        job = wait(target, job, resume_hint=hint)
+        finish(target, job, report_path=report_path, render=lambda: _output(target, job))
+
+
+def _output(target: Target, job: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for line in target.client.results(str(job["id"])):
+        lines.extend(render_line("citations", line))
+    summary = job.get("summary")
+    if isinstance(summary, dict) and summary.get("kind") == "citations":
+        s = CitationsSummary.read(summary)
+        lines += ["", f"citations summary: {s.questions} answers", f"  {metrics_line(s.metrics)}"]
+        labels = "  ".join(f"{k} {v}" for k, v in s.metrics.labels.items())
+        if labels:
+            lines.append(f"  labels: {labels}")
+    return lines

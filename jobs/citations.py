@@ -1,0 +1,353 @@
+"""The `citations` kind's application side (docs/spec.md §5, citations): rows into entry items (in memory
+or streamed through the staging table), which items come next for an answer, and its report.
+
+An entry item holds one answer and its sources (`CitationEntry`). Its handler calls nothing upstream: it
+only checks that the answer splits. `plan` then makes one `cited_sentence` item per sentence, with the
+passages its request asks about (`checks/citation_passages.py:plan_sentences`, recomputed here rather
+than stored on the entry item, so the passages are stored once, on the sentence item that sends them).
+With `review: agent`, once every sentence is scored the first flagged ones of an answer with a question
+get a `rewrite` item: the answer kind's investigation. The report is built from the stored items only and
+labels every sentence at the job's cutoffs from its stored probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, text
+from sqlalchemy.orm import Session
+
+from checks import answers as gate
+from checks.citation_contracts import (
+    CitationCutoffs,
+    CitationEntry,
+    CitationReport,
+    CitationReview,
+    CitationSentence,
+    SentencePlan,
+    SentenceScore,
+)
+from checks.citation_passages import plan_sentences
+from checks.citation_rows import CitationRow, stream_citation_rows
+from checks.citation_verdicts import judge, metrics_of
+from checks.contracts import ItemStatusName
+from checks.kinds.citations import ENTRY_STAGE, REWRITE_STAGE, SENTENCE_STAGE
+from checks.ndjson import RowLine
+from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.recipes import RowLimits
+from jobs import bulk_load
+from jobs.intake import UnitSpec
+from jobs.kinds import Staged
+from models import Item, Job, utcnow
+
+__all__ = [
+    "build_citation_items",
+    "build_report",
+    "citation_units",
+    "cutoffs_of",
+    "load_citation_rows",
+    "plan",
+]
+
+
+def cutoffs_of(job: Job) -> CitationCutoffs:
+    """The job's label cutoffs, as stored with its options (defaults for any not stored)."""
+    options = job.options or {}
+    return CitationCutoffs(**{k: float(options[k]) for k in CitationCutoffs.model_fields if k in options})
+
+
+# --- intake --------------------------------------------------------------------------------------------
+
+
+def citation_units(rows: Sequence[CitationRow], options: object) -> tuple[list[UnitSpec], list[str]]:
+    """One entry item per answer (the in-memory path: JSON bodies, and every body on SQLite)."""
+    units = [
+        UnitSpec(stage=ENTRY_STAGE, custom_id=row.id, mode="", input=row.entry.dump(), endpoint="decisions")
+        for row in rows
+    ]
+    return units, []
+
+
+class _Stager:
+    """Stages each valid row's entry input as JSON text in the COPY, counting items for the quota."""
+
+    def __init__(self, staged: bulk_load.StagedRows, quota: Callable[[int], None]) -> None:
+        self._staged = staged
+        self._quota = quota
+        self.items = 0
+
+    def append(self, row: CitationRow, /) -> None:
+        self.items += 1
+        self._quota(self.items)
+        self._staged.add(row.id, json.dumps(row.entry.dump(), ensure_ascii=False, separators=(",", ":")))
+
+
+def load_citation_rows(
+    session: Session,
+    job: Job,
+    options: object,
+    lines: Iterable[RowLine],
+    *,
+    limits: RowLimits,
+    quota: Callable[[int], None],
+) -> Staged:
+    """The streamed intake of NDJSON bodies (`jobs.kinds.StreamLoad`): each valid answer is staged as it
+    is read; `build_citation_items` makes the entry items."""
+    with bulk_load.StagedRows(session, job.id) as staged:
+        stager = _Stager(staged, quota)
+        stream_citation_rows(lines, stager, max_rows=limits.max_rows)
+    return Staged(rows=staged.count, items=stager.items, warnings=[])
+
+
+def build_citation_items(session: Session, job: Job) -> int:
+    """One entry item per staged answer, its input the staged JSON (`jobs.kinds.JobKind.build`)."""
+    result = session.execute(
+        text(
+            "INSERT INTO items (job_id, stage, position, custom_id, mode, endpoint, input, status, attempts) "
+            "SELECT :job, :stage, s.row, s.id, '', 'decisions', CAST(s.body AS jsonb), 'pending', 0 "
+            "FROM intake_rows s WHERE s.job_id = :job"
+        ),
+        {"job": job.id, "stage": ENTRY_STAGE},
+    )
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
+# --- what comes next -----------------------------------------------------------------------------------
+
+
+def _entry(item: Item) -> CitationEntry:
+    return CitationEntry.read(item.input)
+
+
+def _misattribution(job: Job) -> bool:
+    return bool((job.options or {}).get("misattribution", True))
+
+
+def _by_stage(children: Iterable[Item], stage: str) -> list[Item]:
+    return sorted((c for c in children if c.stage == stage), key=lambda c: int(c.input["number"]))
+
+
+def _judged(
+    sentences: Sequence[Item], cutoffs: CitationCutoffs, entry: CitationEntry
+) -> list[CitationSentence]:
+    """Every sentence item as a report sentence: labelled at `cutoffs` when scored, else its status."""
+    judged: list[CitationSentence] = []
+    for item in sentences:
+        plan_ = SentencePlan.read(item.input)
+        if item.status == "done" and item.output:
+            try:
+                judged.append(judge(plan_, SentenceScore.read(item.output), cutoffs, entry.sources))
+                continue
+            except ValueError as exc:
+                error: str | None = f"unusable Decisions answer: {exc}"
+        else:
+            error = item.error or str((item.output or {}).get("error") or "") or None
+        judged.append(
+            CitationSentence(
+                number=plan_.number,
+                text=plan_.text,
+                claim=plan_.claim,
+                paragraph=plan_.paragraph,
+                status=cast("ItemStatusName", "failed" if item.status == "done" else item.status),
+                error=error,
+                cited=plan_.cited,
+                missing=plan_.missing,
+                unchecked=plan_.unchecked,
+                request_ids=[str(i) for i in (item.output or {}).get("request_ids") or []],
+            )
+        )
+    return judged
+
+
+def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]:
+    """The items to create next, given every child is settled; empty means: build the report."""
+    if entry_item.status != "done":
+        return []
+    entry = _entry(entry_item)
+    sentences = _by_stage(children, SENTENCE_STAGE)
+    if not sentences:
+        try:
+            plans = plan_sentences(entry, misattribution=_misattribution(job))
+        except gate.SplitError:
+            return []  # the handler refused this answer already; nothing to score
+        return [
+            UnitSpec(
+                stage=SENTENCE_STAGE,
+                custom_id=f"{entry_item.custom_id}:s{p.number}",
+                mode="sentence",
+                input=p.dump(),
+            )
+            for p in plans
+        ]
+    if any(c.stage == REWRITE_STAGE for c in children):
+        return []
+    if (job.options or {}).get("review") != "agent" or not entry.question:
+        return []
+    judged = _judged(sentences, cutoffs_of(job), entry)
+    if not gate.review_may_start([s.label for s in judged]):
+        return []
+    chosen, _past = gate.select_for_review([str(s.label) for s in judged])
+    return [
+        UnitSpec(
+            stage=REWRITE_STAGE,
+            custom_id=f"{entry_item.custom_id}:r{judged[i].number}",
+            mode="rewrite",
+            input={
+                "question": entry.question,
+                "answer_text": entry.answer,
+                "sentence_number": judged[i].number,
+                "claim": judged[i].claim,
+                "label": judged[i].label,
+            },
+        )
+        for i in chosen
+    ]
+
+
+# --- the report ----------------------------------------------------------------------------------------
+
+
+def _review(item: Item | None, outcome: str | None) -> CitationReview:
+    """A rewrite item as the review of its sentence: outcome, the suggestion its supported sentences make."""
+    if item is None:
+        return CitationReview(outcome=outcome)
+    out: Mapping[str, object] = item.output or {}
+    rewrite = [s for s in cast("list[object]", out.get("sentences") or []) if isinstance(s, dict)]
+    agent = out.get("agent")
+    supported = [str(s.get("claim") or "") for s in rewrite if s.get("label") == "supported"]
+    return CitationReview(
+        outcome=(str(out.get("outcome")) if out.get("outcome") else None) if item.status == "done" else None,
+        status=cast("ItemStatusName", item.status),
+        suggestion=" ".join(supported) or None,
+        rewrite=str(agent.get("text")) if isinstance(agent, dict) and agent.get("text") else None,
+        sentences=[
+            {
+                "claim": s.get("claim"),
+                "label": s.get("label"),
+                "rule": s.get("rule"),
+                "urls": list(cast("dict[str, str]", s.get("urls") or {}).values()),
+            }
+            for s in rewrite
+        ],
+        request_ids=[str(i) for i in cast("list[object]", out.get("request_ids") or [])],
+        error=item.error if item.status != "done" else None,
+    )
+
+
+def _step(step: str, status: str, message: str, **where: object) -> dict[str, object]:
+    """One entry of `incomplete_steps` (the answer kind's shape, docs/spec.md §6.3)."""
+    return {"step": step, **where, "status": status, "message": message}
+
+
+def build_report(
+    job: Job, entry_item: Item, children: Sequence[Item], *, incomplete: bool
+) -> dict[str, object]:
+    """The answer's report (shape: docs/spec.md §6), from stored items only, at the job's cutoffs."""
+    entry = _entry(entry_item)
+    cutoffs = cutoffs_of(job)
+    options = job.options or {}
+    model = str(options.get("model") or CUTOFFS_MODEL)
+    head = CitationReport(
+        kind="citations",
+        question=entry.question,
+        built_at=utcnow().isoformat(),
+        model=model,
+        cutoffs_model=CUTOFFS_MODEL,
+        model_note=cutoffs_model_note(model),
+        cutoffs=cutoffs,
+        misattribution=_misattribution(job),
+        review=str(options.get("review") or "none"),
+        answer=entry.answer,
+        sources=entry.sources,
+    )
+    if entry_item.status != "done":
+        out = entry_item.output or {}
+        failed = {
+            "status": "skipped" if entry_item.status == "skipped" else "failed",
+            "error": entry_item.error or str(out.get("error") or entry_item.status),
+            "summary": {"sentences": 0, "cutoffs": cutoffs.dump()},
+        }
+        return head.model_copy(update=failed).dump()
+
+    sentences = _judged(_by_stage(children, SENTENCE_STAGE), cutoffs, entry)
+    rewrites = {int(c.input["sentence_number"]): c for c in children if c.stage == REWRITE_STAGE}
+    steps: list[dict[str, object]] = [
+        _step(
+            "score",
+            s.status,
+            f"sentence {s.number} was not scored ({s.status}: {s.error})",
+            sentence=s.number,
+        )
+        for s in sentences
+        if s.label is None
+    ]
+    reviewing = options.get("review") == "agent" and bool(entry.question)
+    outcomes: dict[int, str] = {}
+    if reviewing and not steps:
+        chosen, past = gate.select_for_review([str(s.label) for s in sentences])
+        outcomes = {sentences[i].number: gate.NOT_REVIEWED for i in past}
+        for i in chosen:
+            number = sentences[i].number
+            item = rewrites.get(number)
+            if item is None:
+                steps.append(
+                    _step("review", "not_started", f"sentence {number} was flagged but not reviewed")
+                )
+            elif item.status != "done":
+                steps.append(
+                    _step(
+                        "review",
+                        item.status,
+                        f"the review of sentence {number} did not finish",
+                        sentence=number,
+                    )
+                )
+    elif reviewing and steps:
+        steps.append(_step("review", "not_started", "no review started: not every sentence was scored"))
+    if incomplete:
+        steps.append(
+            _step("cancelled", "cancelled", "the job was cancelled before every step of this answer ran")
+        )
+    if reviewing:
+        sentences = [
+            s.model_copy(update={"review": _review(rewrites.get(s.number), outcomes.get(s.number))})
+            if s.number in rewrites or s.number in outcomes
+            else s
+            for s in sentences
+        ]
+    metrics = metrics_of(sentences)
+    reviews = [s.review for s in sentences if s.review is not None]
+    summary: dict[str, object] = {
+        "sentences": len(sentences),
+        "decisions_requests": sum(1 for s in sentences if s.label is not None)
+        + sum(len(r.sentences) for r in reviews if r.status is not None),
+        "decisions_input_tokens": sum(s.input_tokens or 0 for s in sentences),
+        "agent_calls": sum(1 for c in rewrites.values() if c.status in ("done", "failed")),
+        "reviewed": sum(1 for r in reviews if r.status is not None),
+        "replaced": sum(1 for r in reviews if r.outcome == gate.REPLACED),
+        "not_confirmed": sum(1 for r in reviews if r.outcome == gate.NOT_CONFIRMED),
+        "not_reviewed": sum(1 for r in reviews if r.outcome == gate.NOT_REVIEWED),
+        "failed_sentences": sum(1 for s in sentences if s.label is None),
+        "failed_reviews": sum(1 for c in rewrites.values() if c.status != "done"),
+        "incomplete_steps": _counts(str(s["step"]) for s in steps),
+        "metrics": metrics.dump(),
+        "cutoffs": cutoffs.dump(),
+    }
+    done = {
+        "status": "incomplete" if steps else "done",
+        "incomplete_steps": steps,
+        "sentences": sentences,
+        "metrics": metrics,
+        "summary": summary,
+        "errors": [f"sentence {s.number} {s.status}: {s.error}" for s in sentences if s.label is None],
+    }
+    return head.model_copy(update=done).dump()
+
+
+def _counts(names: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return counts
