@@ -95,7 +95,9 @@ axe: ## refresh the vendored axe-core (tests/e2e/vendor) from npm: make axe AXE_
 		&& head -1 $(AXE_DIR)/axe.min.js && sha256sum $(AXE_DIR)/axe.min.js \
 		&& echo "update the version and sha256 in $(AXE_DIR)/README.md"
 
-demo: install ## run the 24 reference claims through the embedded stack (no services, no key needed)
+demo: install ## the 24 reference claims, then the example answers' citations, embedded (no services, no key)
 	@env -u DATABASE_URL -u REDIS_URL -u FACTGATE_URL $(VENV)/bin/factgate check examples/claims.jsonl --mode both
+	@echo
+	@env -u DATABASE_URL -u REDIS_URL -u FACTGATE_URL $(VENV)/bin/factgate citations examples/citations.jsonl
 
 .PHONY: help install services browser warm test unit lint hooks fmt demo axe

@@ -28,7 +28,7 @@ def _isolated_network() -> list[str]:
     return [unshare, "--net"] if probe.returncode == 0 else []
 
 
-def test_make_demo_prints_the_24_claim_table_and_both_scorecards(tmp_path: Path) -> None:
+def test_make_demo_prints_the_24_claim_table_and_both_scorecards_then_the_citations(tmp_path: Path) -> None:
     venv = Path(sys.executable).parent.parent
     make = shutil.which("make")
     assert make is not None, "make is needed for the demo"
@@ -49,6 +49,7 @@ def test_make_demo_prints_the_24_claim_table_and_both_scorecards(tmp_path: Path)
     finally:
         kill_group(proc)
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    out, citations = out.split("\nanswer eiffel: ", 1)
     lines = out.splitlines()
     header = lines[0].split()
     assert header == [
@@ -82,3 +83,15 @@ def test_make_demo_prints_the_24_claim_table_and_both_scorecards(tmp_path: Path)
     report = Path(next(line for line in lines if line.startswith("report: ")).removeprefix("report: "))
     assert report.is_file() and report.is_relative_to(tmp_path)
     assert lines[-1] == "note: results come from the bundled simulator, not Perplexity"
+
+    # Then the example answers (examples/citations.jsonl): each sentence labelled, and the job's metrics.
+    cited = ("answer eiffel: " + citations).splitlines()
+    assert cited[0] == "answer eiffel: done"
+    assert any("[contradicted] The Danube flows through 12 countries" in line for line in cited)
+    assert any("misattributed: [wall-b]" in line for line in cited)
+    assert any("no such source: [4]" in line for line in cited)
+    (summary,) = [i for i, line in enumerate(cited) if line.startswith("citations summary: ")]
+    assert cited[summary] == "citations summary: 11 answers"
+    assert cited[summary + 1].lstrip().startswith("recall ")
+    assert "completed" in next(line for line in cited if line.startswith("job "))
+    assert cited[-1] == "note: results come from the bundled simulator, not Perplexity"
