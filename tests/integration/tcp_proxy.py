@@ -44,6 +44,10 @@ class TcpProxy:
             listener, self._listener = self._listener, None
             sockets, self._open = self._open, []
         if listener is not None:
+            # shutdown() wakes the accept() blocked in the accept thread (close() alone would not, and the
+            # port would go on accepting); then the port refuses.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
             listener.close()
         for sock in sockets:
             with contextlib.suppress(OSError):
