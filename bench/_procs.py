@@ -216,7 +216,7 @@ class Procs:
              "--worker-class", "gthread", "--threads", "4", "--timeout", "120", "web.app:create_app()"],
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
-        self.wait_http(base + "/healthz")
+        self.wait_http(base + "/readyz")  # serving, with its database and Redis reachable
         return base
 
     def stop(self) -> None:

@@ -98,7 +98,7 @@ class ApiClient:
     # --- endpoints ---------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """GET /healthz (503 is still an answer: the body says what is down)."""
+        """GET /healthz: liveness, with the mode and whether jobs are simulated (no dependency checked)."""
         try:
             response = self._http.get("/healthz")
         except httpx.HTTPError as exc:

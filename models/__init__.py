@@ -1,7 +1,13 @@
 """factgate: SQLAlchemy models, engine and session factory (the schema changes only via migrations/)."""
 
 from models.base import Base, utcnow
-from models.db import autocommit_scope, make_engine, make_session_factory, session_scope
+from models.db import (
+    autocommit_scope,
+    database_unreachable,
+    make_engine,
+    make_session_factory,
+    session_scope,
+)
 from models.jobs import (
     ITEM_STATUSES,
     ITEM_TERMINAL_STATUSES,
@@ -38,6 +44,7 @@ __all__ = [
     "WebhookAttempt",
     "WebhookDelivery",
     "autocommit_scope",
+    "database_unreachable",
     "intake_rows",
     "make_engine",
     "make_session_factory",

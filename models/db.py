@@ -8,10 +8,15 @@ when a server restart, an idle timeout or a dropped TCP flow leaves a dead conne
 every checkout (`pool_pre_ping`) cost a round trip per transaction — a third of a worker's round trips per
 item — to guard a connection used milliseconds earlier, which is no more likely to be dead than one in the
 middle of a transaction; both fail the same way and are retried as an infrastructure fault.
+
+`database_unreachable` tells a database that cannot be reached (down, restarting, refusing connections, a
+pool with no free connection) from a statement the database refused: the first is worth retrying in a few
+seconds (the web answers 503), the second is a bug or bad data (a 500).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,10 +24,49 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 PING_IDLE_S = 2.0
+
+# Postgres SQLSTATEs that say "not now" about the server, never "wrong" about the statement: class 08
+# (connection exceptions), 53300 too_many_connections, and operator intervention during a restart —
+# 57P01 admin_shutdown (fast shutdown ends our session), 57P02 crash_shutdown, 57P03 cannot_connect_now
+# ("the database system is starting up / shutting down"). Not 57014 (a statement timeout: a slow query is
+# ours to fix), not 40P01/55P03 (deadlock, lock timeout: about this statement), not 53100/53200 (disk,
+# memory: no restart fixes them by itself).
+UNREACHABLE_SQLSTATE_CLASSES = ("08",)
+UNREACHABLE_SQLSTATES = frozenset({"53300", "57P01", "57P02", "57P03"})
+# SQLite (embedded mode): another writer held the file past the busy timeout, or the file cannot be
+# opened. "no such table" and every other SQLITE_ERROR stay bugs.
+UNREACHABLE_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN")
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """True when `exc` says the database could not be reached or cannot serve right now (retry in a few
+    seconds), False for everything else, a refused statement included (a bug: an error, not an outage).
+
+    Recognised: a pool timeout (every connection busy), an error after which SQLAlchemy invalidated the
+    connection (it saw a disconnect), and an OperationalError or InterfaceError whose driver error is a
+    connection failure — one the driver raised without a SQLSTATE (connection refused, server closed the
+    connection) or with one of UNREACHABLE_SQLSTATES; for SQLite, a busy or unopenable file.
+    """
+    if isinstance(exc, PoolTimeoutError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    orig = exc.orig
+    if isinstance(orig, sqlite3.Error):
+        name = getattr(orig, "sqlite_errorname", "") or ""
+        return name.startswith(UNREACHABLE_SQLITE_ERRORS)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate is None:
+        return True  # libpq's own failure: no server answered the statement
+    code = str(sqlstate)
+    return code.startswith(UNREACHABLE_SQLSTATE_CLASSES) or code in UNREACHABLE_SQLSTATES
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

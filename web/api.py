@@ -1,4 +1,4 @@
-"""The JSON API under /v1 (bearer tokens, tenant-scoped), plus /healthz and /openapi.json.
+"""The JSON API under /v1 (bearer tokens, tenant-scoped), plus /openapi.json (health: web/health.py).
 
 Views are thin: parse and check the request (web/intake.py, web/body.py), call jobs/ for every read and
 state change, render the status object (web/status.py). The contract is web/openapi.py; keep both in step.
@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
-from sqlalchemy import text
 
 from checks.options import OptionsError
 from checks.recipes import kind_names
@@ -408,35 +407,6 @@ def usage_view() -> Response:
 
 
 # --- unauthenticated -----------------------------------------------------------------------------------
-
-
-@meta.get("/healthz")
-def healthz() -> Response:
-    """Database reachable (and Redis in server mode): 200, else 503. No details that could leak."""
-    res = resources()
-    checks: dict[str, str] = {}
-    try:
-        with res.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception:
-        log.exception("health check: database unreachable")
-        checks["database"] = "unreachable"
-    if res.redis is not None:
-        try:
-            res.redis.ping()
-            checks["redis"] = "ok"
-        except Exception:
-            log.exception("health check: redis unreachable")
-            checks["redis"] = "unreachable"
-    healthy = all(v == "ok" for v in checks.values())
-    body = {
-        "status": "ok" if healthy else "unavailable",
-        "mode": "embedded" if res.settings.embedded else "server",
-        "simulated": res.settings.uses_simulator,
-        "checks": checks,
-    }
-    return _json(body, 200 if healthy else 503)
 
 
 @meta.get("/openapi.json")

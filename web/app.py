@@ -19,6 +19,8 @@ from typing import Any
 from celery import Celery
 from flask import Flask
 from redis import Redis
+from sqlalchemy import Engine
+from sqlalchemy.pool import NullPool
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 import migrations
@@ -26,13 +28,28 @@ from config import Settings
 from models import make_engine, make_session_factory
 from web.api import api, meta
 from web.errors import register_error_handlers
+from web.health import READY_TIMEOUT_S, health
 from web.kinds import require_all
 from web.metrics import init_app as init_metrics
 from web.pages import init_pages
 from web.session import EXTENSION, WebResources, close_db_session
 from workers.api import producer_celery
 
-HEALTH_TIMEOUT_S = 2.0
+HEALTH_TIMEOUT_S = float(READY_TIMEOUT_S)  # Redis socket timeouts: a readiness ping must not hang
+
+
+def _probe_engine(url: str, engine: Engine) -> Engine:
+    """The engine /readyz uses: a fresh Postgres connection per probe, bounded by READY_TIMEOUT_S for the
+    connect (libpq `connect_timeout`) and for the statement; SQLite is a local file, the app's engine."""
+    if url.startswith("sqlite"):
+        return engine
+    timeout_ms = READY_TIMEOUT_S * 1000
+    return make_engine(
+        url,
+        poolclass=NullPool,
+        pool_pre_ping=False,
+        connect_args={"connect_timeout": READY_TIMEOUT_S, "options": f"-c statement_timeout={timeout_ms}"},
+    )
 
 
 def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | None = None) -> Flask:
@@ -62,6 +79,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
     app.extensions[EXTENSION] = WebResources(
         settings=settings,
         engine=engine,
+        probe_engine=_probe_engine(url, engine),
         sessions=make_session_factory(engine),
         celery=celery if celery is not None else producer_celery(settings),
         redis=redis,
@@ -70,6 +88,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
     register_error_handlers(app)
     app.register_blueprint(api)
     app.register_blueprint(meta)
+    app.register_blueprint(health)
     init_pages(app)
     init_metrics(app)
     return app

@@ -1,9 +1,14 @@
 """One JSON error shape for the whole API, and the handlers that make Flask use it.
 
-Every error under /v1 (and /healthz, /openapi.json) looks like
+Every error under /v1 (and /healthz, /readyz, /openapi.json) looks like
 `{"error": {"type", "message", "field"?, "line"?, "index"?, "errors"?: [...], "job_id"?}}` so a client
 needs one parser. Messages are written here or by our validators; exception text from libraries is never
 echoed (it can carry connection strings), so unexpected errors answer with a fixed message and are logged.
+
+An unreachable dependency is not an unexpected error: while Postgres restarts (or Redis, or the broker, is
+away) a request answers 503 `service_unavailable_error` with `Retry-After: RETRY_AFTER_S`, and the log gets
+one warning line instead of a traceback (`outage_error`; the pages render the same as HTML). A statement the
+database refuses is still a 500: `models.database_unreachable` tells the two apart.
 """
 
 from __future__ import annotations
@@ -11,8 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import kombu.exceptions
+import redis.exceptions
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
+
+from models import database_unreachable
 
 log = logging.getLogger("factgate.web")
 
@@ -48,8 +57,20 @@ ERROR_TYPES = (
     HEADERS_TOO_LARGE,
 )
 
+# Seconds a client is told to wait (`Retry-After`) when a dependency is unreachable: a Postgres restart
+# is a few seconds (fast shutdown and start), and a poll every 5 s neither hammers a recovering database
+# nor keeps a client waiting long after it is back.
+RETRY_AFTER_S = 5
+
+# Connection-level faults of Redis and the broker (as workers/faults.py:INFRA_ERRORS has them); the
+# database's are told apart from SQL errors by models.database_unreachable.
+_REDIS_OUTAGES: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,  # BusyLoadingError (a restarting Redis) included
+    redis.exceptions.TimeoutError,
+)
+
 # Paths whose errors are JSON even when raised by Flask itself (routing, size limits).
-JSON_PREFIXES = ("/v1", "/healthz", "/openapi.json")
+JSON_PREFIXES = ("/v1", "/healthz", "/readyz", "/openapi.json")
 
 
 class ApiError(Exception):
@@ -117,6 +138,47 @@ def too_large(limit: int) -> ApiError:
 def unauthenticated(message: str) -> ApiError:
     # RFC 6750: a 401 names the scheme the client should use.
     return ApiError(401, AUTHENTICATION, message, headers={"WWW-Authenticate": 'Bearer realm="factgate"'})
+
+
+def unavailable(message: str) -> ApiError:
+    """A 503 that says when to try again (RETRY_AFTER_S): a dependency is unreachable for a moment."""
+    return ApiError(503, UNAVAILABLE, message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def unreachable_service(exc: BaseException) -> str | None:
+    """Which dependency `exc` says is unreachable ("database", "redis", "broker"), or None for any other
+    error (a bug, bad data, a statement the database refused: those stay 500s)."""
+    if database_unreachable(exc):
+        return "database"
+    if isinstance(exc, _REDIS_OUTAGES):
+        return "redis"
+    if isinstance(exc, kombu.exceptions.OperationalError):
+        return "broker"
+    return None
+
+
+def outage_error(exc: BaseException) -> ApiError | None:
+    """The 503 for an unreachable dependency, logged as one warning line (an outage is expected and already
+    visible elsewhere; a traceback per request would bury the log); None when `exc` is not one."""
+    service = unreachable_service(exc)
+    if service is None:
+        return None
+    orig = getattr(exc, "orig", None)  # the driver's own error: its first line says what failed
+    cause = orig if isinstance(orig, BaseException) else exc
+    detail = (str(cause).strip().splitlines() or [""])[0][:200]
+    log.warning(
+        "%s unreachable on %s %s (%s: %s); answered 503",
+        service,
+        request.method,
+        request.path,
+        type(exc).__name__,
+        detail,
+    )
+    what = {"database": "the database", "redis": "Redis", "broker": "the message broker"}[service]
+    return unavailable(
+        f"{what} is unreachable for the moment (restarting or overloaded); try again in {RETRY_AFTER_S} "
+        "seconds"
+    )
 
 
 def render(err: ApiError) -> Response:
@@ -191,6 +253,9 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
+        outage = outage_error(exc)
+        if outage is not None:
+            return render(outage)
         # Never echo: driver and library messages can contain URLs with credentials.
         log.exception("unhandled error on %s %s", request.method, request.path)
         return render(ApiError(500, SERVER_ERROR, "internal error; the server log has the details"))

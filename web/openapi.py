@@ -18,7 +18,7 @@ from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
 from models import JOB_STATUSES
-from web.errors import ERROR_TYPES
+from web.errors import ERROR_TYPES, RETRY_AFTER_S
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
 
 NDJSON = "application/x-ndjson"
@@ -51,6 +51,10 @@ UNAUTHORIZED = {
     "description": "Missing, unknown or revoked bearer token. Carries `WWW-Authenticate: Bearer`.",
     "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
     "content": {"application/json": {"schema": _ref("Error")}},
+}
+RETRY_AFTER_HEADER = {
+    "description": f"seconds to wait before trying again ({RETRY_AFTER_S} while a dependency is unreachable)",
+    "schema": {"type": "integer"},
 }
 JOB_NOT_FOUND = _error("No such job for this tenant (another tenant's job and a malformed id look the same).")
 
@@ -404,12 +408,23 @@ SCHEMAS: dict[str, Any] = {
     },
     "Health": {
         "type": "object",
+        "description": "Liveness: the process answers. No dependency is checked (see /readyz).",
+        "required": ["status", "mode", "simulated"],
         "properties": {
-            "status": {"type": "string", "enum": ["ok", "unavailable"]},
+            "status": {"type": "string", "enum": ["ok"]},
             "mode": {"type": "string", "enum": ["embedded", "server"]},
             "simulated": {"type": "boolean"},
+        },
+    },
+    "Readiness": {
+        "type": "object",
+        "description": "Readiness: each dependency this process needs, checked now with a short timeout.",
+        "required": ["status", "checks"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ready", "unavailable"]},
             "checks": {
                 "type": "object",
+                "description": "`database` always; `redis` in server mode.",
                 "additionalProperties": {"type": "string", "enum": ["ok", "unreachable"]},
             },
         },
@@ -761,16 +776,31 @@ PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
             "operationId": "health",
-            "summary": "Database (and Redis in server mode) reachable",
+            "summary": "Liveness: the process answers (no dependency is checked)",
             "security": [],
             "responses": {
                 "200": {
-                    "description": "Healthy.",
+                    "description": "Alive, whatever the state of the database and Redis.",
                     "content": {"application/json": {"schema": _ref("Health")}},
                 },
+            },
+        }
+    },
+    "/readyz": {
+        "get": {
+            "operationId": "ready",
+            "summary": "Readiness: the database (SELECT 1) and Redis in server mode (PING) answer",
+            "security": [],
+            "responses": {
+                "200": {
+                    "description": "Ready to serve.",
+                    "content": {"application/json": {"schema": _ref("Readiness")}},
+                },
                 "503": {
-                    "description": "A dependency is unreachable.",
-                    "content": {"application/json": {"schema": _ref("Health")}},
+                    "description": "A dependency is unreachable (named in `checks`); `Retry-After` says "
+                    "when to ask again.",
+                    "headers": {"Retry-After": RETRY_AFTER_HEADER},
+                    "content": {"application/json": {"schema": _ref("Readiness")}},
                 },
             },
         }
@@ -788,7 +818,10 @@ PATHS: dict[str, Any] = {
 COMMON_RESPONSES_NOTE = (
     "Every error has one shape (`Error`). Under /v1 a wrong method answers 405 and an unknown path 404, "
     "both as JSON; a request line over 8,190 bytes is a 414, headers too large a 431, and an unexpected "
-    "failure a 500 — in the same JSON shape, whichever layer refuses the request."
+    "failure a 500 — in the same JSON shape, whichever layer refuses the request. While the database "
+    f"(or Redis) is unreachable, e.g. during a restart, every operation answers 503 "
+    f"`service_unavailable_error` with `Retry-After: {RETRY_AFTER_S}`: try again then (a submission with an "
+    "`Idempotency-Key` is safe to resend)."
 )
 
 # What any operation can answer besides its own responses: refusals that come before the view runs.
@@ -797,11 +830,22 @@ COMMON_RESPONSES: dict[str, Any] = {
     "431": _error("The request headers are too large (`header_fields_too_large_error`)."),
     "500": _error("An unexpected failure; the server log has the details (`server_error`)."),
 }
-for _item in PATHS.values():
+UNAVAILABLE_RESPONSE: dict[str, Any] = {
+    **_error(
+        "The database or Redis is unreachable for the moment, e.g. restarting (`service_unavailable_error`); "
+        "try again after `Retry-After` seconds."
+    ),
+    "headers": {"Retry-After": RETRY_AFTER_HEADER},
+}
+# Operations that touch no dependency, so never answer that 503.
+NO_DEPENDENCY_PATHS = ("/healthz", "/openapi.json")
+for _path, _item in PATHS.items():
     for _operation in _item.values():
         if isinstance(_operation, dict) and "responses" in _operation:
             for _code, _response in COMMON_RESPONSES.items():
                 _operation["responses"].setdefault(_code, _response)
+            if _path not in NO_DEPENDENCY_PATHS:
+                _operation["responses"].setdefault("503", UNAVAILABLE_RESPONSE)
 
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",

@@ -44,6 +44,7 @@ from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_
 from models import JOB_STATUSES, Job
 from web import page_session
 from web.auth import current_tenant
+from web.errors import outage_error, render
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
 from web.pages_jobs import job_view, job_views, progress_payload
@@ -411,7 +412,20 @@ def _http_error(exc: HTTPException) -> BaseResponse | tuple[str, int]:
 
 
 @pages.errorhandler(Exception)
-def _unexpected(exc: Exception) -> tuple[str, int]:
+def _unexpected(exc: Exception) -> BaseResponse | tuple[str, int, dict[str, str]] | tuple[str, int]:
+    outage = outage_error(exc)
+    if outage is not None:
+        # The database is restarting (or Redis is away): a page that says so and when to reload, with the
+        # same Retry-After as the API; the progress poll gets the API's JSON and simply polls again later.
+        if request.endpoint in JSON_ENDPOINTS:
+            return render(outage)
+        message = (
+            "factgate cannot reach its database or queue for the moment, usually because it is being "
+            "restarted. Reload this page in a few seconds; if you had sent a form, look at your jobs before "
+            "sending it again."
+        )
+        page = render_template("error.html", code=503, title="Temporarily unavailable", message=message)
+        return page, 503, outage.headers
     log.exception("unhandled error on %s %s", request.method, request.path)
     message = "Something went wrong on our side; the server log has the details."
     return render_template("error.html", code=500, title="Server error", message=message), 500

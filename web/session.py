@@ -27,9 +27,12 @@ class WebResources:
 
     settings: Settings
     engine: Engine
+    # What /readyz connects with: for Postgres an engine without a pool and with short timeouts (a probe
+    # must neither wait for a busy pool nor hang on a dead host); for SQLite the app's own engine.
+    probe_engine: Engine
     sessions: sessionmaker[Session]
     celery: Celery
-    redis: Redis | None  # server mode only: what /healthz pings
+    redis: Redis | None  # server mode only: what /readyz pings
 
 
 def resources() -> WebResources:

@@ -35,14 +35,20 @@ def is_infrastructure_fault(exc: BaseException) -> bool:
     return isinstance(exc, INFRA_ERRORS)
 
 
+def service_of(exc: BaseException) -> str:
+    """Which kind of service an infrastructure fault is about, for log lines: never where it lives."""
+    if isinstance(exc, redis.exceptions.RedisError):
+        return "Redis"
+    if isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
+        return "the database"
+    if isinstance(exc, kombu.exceptions.KombuError):
+        return "the message broker"
+    return "an internal service"
+
+
 def describe(exc: BaseException) -> str:
     """A tenant-safe line for an infrastructure fault: which kind of service, never where it lives."""
-    if isinstance(exc, redis.exceptions.RedisError):
+    service = service_of(exc)
+    if service == "Redis":
         service = "the rate limiter / queue store (Redis)"
-    elif isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
-        service = "the database"
-    elif isinstance(exc, kombu.exceptions.KombuError):
-        service = "the message broker"
-    else:
-        service = "an internal service"
     return f"temporary infrastructure fault: {service} was unavailable; the item will be tried again"

@@ -4,6 +4,14 @@ Which items run, and when, is decided by the dispatcher (workers/dispatcher.py):
 picks as a small chord of `run_item` tasks whose body, `after_window`, moves the job's questions on and
 finalizes the job once every item is settled. Nothing here is the source of truth: if Redis loses a
 message or a chord counter, the dispatcher and the sweeper carry on from the database.
+
+When the database (or Redis, or the broker) is unreachable — a Postgres restart takes seconds — no task
+ends in a traceback. A task sent once per event (`start_job`, `after_window`) is retried by Celery with
+backoff, at most INFRA_TASK_RETRIES times (about a minute and a half), then gives up with one warning line:
+the sweep does the same work from the database later, so giving up loses nothing. The periodic `sweep`
+logs one warning line and returns: its next tick, seconds later, is the retry. `run_item` gives its item
+back (workers/outcomes.py:Transient), and `deliver_webhooks` (workers/webhooks.py) stops until the sweep
+sends it again.
 """
 
 from __future__ import annotations
@@ -13,8 +21,9 @@ import random
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
-from celery import current_app, shared_task
+from celery import Task, current_app, shared_task
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -45,7 +54,7 @@ from jobs.webhooks import created_in
 from models import autocommit_scope, session_scope, utcnow
 from workers.context import WorkerContext, get_context
 from workers.faults import describe as describe_fault
-from workers.faults import is_infrastructure_fault
+from workers.faults import is_infrastructure_fault, service_of
 from workers.kinds import handler_for
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.steps import Calls, budget_skip
@@ -56,6 +65,47 @@ log = logging.getLogger("factgate.workers")
 MAX_BACKOFF_S = 60.0
 INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
 SETTLE_PATIENCE_S = 30.0
+# A task sent once per event tries again this often after an infrastructure fault, waiting 2, 4, 8, 16, 30,
+# 30 s (±25 %): about a minute and a half, longer than a database restart, and still bounded.
+INFRA_TASK_RETRIES = 6
+INFRA_TASK_BACKOFF_MAX_S = 30.0
+
+
+def _infra_countdown_s(retries: int) -> float:
+    """Wait before try `retries + 1` of a task that met an infrastructure fault (jittered, capped)."""
+    base = min(INFRA_TASK_BACKOFF_MAX_S, 2.0 * float(2**retries))
+    return base * (0.75 + 0.5 * random.random())  # noqa: S311 - spreading, not secrecy
+
+
+def _fault_line(exc: BaseException) -> str:
+    """`the database unreachable (OperationalError)`: what a log line says; the driver text (hosts, ports)
+    is left out, as everywhere in the workers' warnings."""
+    return f"{service_of(exc)} unreachable ({type(exc).__name__})"
+
+
+def retry_or_give_up(task: Task[Any, Any], exc: Exception, what: str, backstop: str) -> None:
+    """In a task's `except`: re-raise `exc` unless it is an infrastructure fault; else have Celery run the
+    task again after a backoff (raises Retry) or, after INFRA_TASK_RETRIES, log one warning naming the
+    `backstop` that does the work later and return, so the task ends without a traceback.
+
+    Should the retry itself not be sent (the broker is down too), Celery rejects the message: the backstop
+    still holds, since it works from the database."""
+    if not is_infrastructure_fault(exc):
+        raise exc
+    tries = task.request.retries
+    if tries >= INFRA_TASK_RETRIES:
+        log.warning("%s: %s after %d tries; giving up, %s", what, _fault_line(exc), tries + 1, backstop)
+        return
+    countdown = _infra_countdown_s(tries)
+    log.warning(
+        "%s: %s; trying again in %.0f s (retry %d of %d)",
+        what,
+        _fault_line(exc),
+        countdown,
+        tries + 1,
+        INFRA_TASK_RETRIES,
+    )
+    raise task.retry(countdown=countdown, max_retries=INFRA_TASK_RETRIES)
 
 
 def advances_on_settle(stage: str) -> bool:
@@ -95,10 +145,14 @@ def _advance_nested(session: Session, question_id: int) -> Step | None:
 
 
 def _advance(ctx: WorkerContext, question_id: int) -> Step | None:
+    """Move one question on; a database error is logged and left to the sweeper, except an unreachable
+    database, which is raised: the task around this retries (or the sweep tries again) as a whole."""
     try:
         with session_scope(ctx.sessions) as session:
             return advance_question(session, question_id)
-    except SQLAlchemyError:
+    except SQLAlchemyError as exc:
+        if is_infrastructure_fault(exc):
+            raise
         log.exception("advancing question %s failed; the sweeper will retry", question_id)
         return None
 
@@ -115,33 +169,49 @@ def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
     return reported
 
 
-@shared_task(name="factgate.start_job", ignore_result=True)
-def start_job(job_id: str) -> None:
+@shared_task(name="factgate.start_job", ignore_result=True, bind=True)
+def start_job(self: Task[Any, Any], job_id: str) -> None:
     """A job was stored: build its items if it is still `validating` (a large streamed submission), then
     mark it started. The dispatcher sends its items in its fair order; a job with nothing to send (every
-    item already settled, or cancelled before its items were built) is finalized here."""
-    ctx = _ctx()
+    item already settled, or cancelled before its items were built) is finalized here.
+
+    An unreachable database is retried with backoff (`retry_or_give_up`): every step is idempotent (a build
+    happens once, under the job's row lock; started and finalized are conditional updates). After the last
+    try nothing is lost: the sweep sends `start_job` again for a job still `validating`, the dispatcher
+    sends a queued job's items, and the sweep finalizes."""
     jid = uuid.UUID(job_id)
-    with session_scope(ctx.sessions) as session:
-        built = build_staged(session, jid)
-    if built is Built.BUILT:
-        log.info("job %s: items built from its staged rows", jid)
-    with session_scope(ctx.sessions) as session:
-        mark_started(session, [jid])
-    # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
-    log.info("job %s received; the dispatcher sends its items", jid)
-    _finalize(ctx, jid)
+    try:
+        ctx = _ctx()
+        with session_scope(ctx.sessions) as session:
+            built = build_staged(session, jid)
+        if built is Built.BUILT:
+            log.info("job %s: items built from its staged rows", jid)
+        with session_scope(ctx.sessions) as session:
+            mark_started(session, [jid])
+        # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
+        log.info("job %s received; the dispatcher sends its items", jid)
+        _finalize(ctx, jid)
+    except Exception as exc:
+        retry_or_give_up(self, exc, f"start_job {jid}", "the sweep starts or finalizes the job")
 
 
-@shared_task(name="factgate.after_window", ignore_result=True)
-def after_window(job_id: str, question_ids: Sequence[int] = ()) -> None:
-    """A window's chord closed: move its questions on (next stage or report), finalize if all is settled."""
-    ctx = _ctx()
-    for question_id in question_ids:
-        step = _advance(ctx, int(question_id))
-        if step is not None and step.reported:
-            break  # the finalize below covers it
-    _finalize(ctx, uuid.UUID(job_id))
+@shared_task(name="factgate.after_window", ignore_result=True, bind=True)
+def after_window(self: Task[Any, Any], job_id: str, question_ids: Sequence[int] = ()) -> None:
+    """A window's chord closed: move its questions on (next stage or report), finalize if all is settled.
+
+    Sent once per window, so an unreachable database is retried with backoff (`retry_or_give_up`); moving
+    a question on and finalizing are idempotent. After the last try the sweep does both (it advances every
+    stalled question of a live job, then finalizes)."""
+    jid = uuid.UUID(job_id)
+    try:
+        ctx = _ctx()
+        for question_id in question_ids:
+            step = _advance(ctx, int(question_id))
+            if step is not None and step.reported:
+                break  # the finalize below covers it
+        _finalize(ctx, jid)
+    except Exception as exc:
+        retry_or_give_up(self, exc, f"after_window of job {jid}", "the sweep moves its questions on")
 
 
 def _backoff_s(token: int) -> float:
@@ -261,10 +331,12 @@ def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
     try:
         with session_scope(ctx.sessions) as session:
             step = advance_question(session, spent.id)
-    except SQLAlchemyError:
+        _follow(ctx, step)
+    except SQLAlchemyError as exc:
+        if is_infrastructure_fault(exc):
+            log.warning("advancing question %s: %s; the sweeper will retry", spent.id, _fault_line(exc))
+            return
         log.exception("advancing question %s failed; the sweeper will retry", spent.id)
-        return
-    _follow(ctx, step)
 
 
 @shared_task(name="factgate.run_item")
@@ -302,15 +374,34 @@ def run_item(item_id: int) -> None:
         outcome = execute(ctx, claim)
         step = settle(ctx, claim, outcome)
     if step is not None:
-        _follow(ctx, step)
+        try:
+            _follow(ctx, step)
+        except Exception as exc:
+            if not is_infrastructure_fault(exc):
+                raise
+            # The item's outcome is stored; only the finalize after it is missing, and the sweep does it.
+            log.warning("job %s: could not finalize: %s; the sweep will", step.job_id, _fault_line(exc))
 
 
 @shared_task(name="factgate.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """Beat task: expired leases back to pending, lost dispatches forgotten (the dispatcher sends them
     again), `validating` jobs whose start message was lost started again, stalled questions moved on,
-    finished jobs finalized, due webhooks sent."""
-    ctx = _ctx()
+    finished jobs finalized, due webhooks sent.
+
+    With the database (or Redis) unreachable it logs one warning line and returns `{}`: beat sends the next
+    sweep within FACTGATE_SWEEP_INTERVAL_S, which is the retry, and a Celery retry would only pile sweeps
+    up behind the outage. Every step is idempotent, so a sweep cut off half-way loses nothing."""
+    try:
+        return _sweep(_ctx())
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):
+            raise
+        log.warning("sweep: %s; the next sweep tries again", _fault_line(exc))
+        return {}
+
+
+def _sweep(ctx: WorkerContext) -> dict[str, int]:
     with session_scope(ctx.sessions) as session:
         expired = expire_leases(session)
         forgotten = forget_stale_dispatches(session, ctx.settings.dispatch_stale_s)

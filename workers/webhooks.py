@@ -5,6 +5,10 @@ Sent right after a job's end commits (workers/tasks.py:_finalize) and by every s
 come). The task claims due deliveries (jobs/webhooks.py), signs each attempt with the tenant's secret
 (checks/webhooks.py; Standard Webhooks), sends it (clients/webhooks.py: checked, pinned address, no
 redirects, short timeouts) and records what came back. The secret and the signature are never logged.
+
+An unreachable database (or Redis) stops the task with one warning line, not a traceback, and no Celery
+retry: the sweep, every FACTGATE_SWEEP_INTERVAL_S, sends another task while something is due, and a
+delivery claimed when the fault came is sent again once its hold runs out (same `webhook-id`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from jobs.webhooks import (
 from models import session_scope, utcnow
 from workers.api import DELIVER_WEBHOOKS
 from workers.context import WorkerContext, get_context
+from workers.faults import is_infrastructure_fault, service_of
 
 log = logging.getLogger("factgate.workers")
 
@@ -106,18 +111,26 @@ def deliver_due(ctx: WorkerContext, *, budget_s: float = TASK_BUDGET_S) -> int:
     keyring = _keyring(ctx.settings)
     deadline = time.monotonic() + budget_s
     attempts = 0
-    while time.monotonic() < deadline:
-        with session_scope(ctx.sessions) as session:
-            batch = claim_due(session, lock_s=_lock_s(ctx.settings), limit=BATCH)
-        if not batch:
-            break
-        for claimed in batch:
-            try:
-                attempt(ctx, claimed, keyring)
-            except Exception:
-                # The hold runs out and the delivery is tried again; nothing else waits for it.
-                log.exception("webhook delivery %s: attempt %s failed", claimed.id, claimed.attempt)
-            attempts += 1
+    try:
+        while time.monotonic() < deadline:
+            with session_scope(ctx.sessions) as session:
+                batch = claim_due(session, lock_s=_lock_s(ctx.settings), limit=BATCH)
+            if not batch:
+                break
+            for claimed in batch:
+                try:
+                    attempt(ctx, claimed, keyring)
+                except Exception as exc:
+                    if is_infrastructure_fault(exc):
+                        raise  # the rest of the batch would meet the same fault: stop (below)
+                    # The hold runs out and the delivery is tried again; nothing else waits for it.
+                    log.exception("webhook delivery %s: attempt %s failed", claimed.id, claimed.attempt)
+                attempts += 1
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):
+            raise
+        service, kind = service_of(exc), type(exc).__name__
+        log.warning("webhooks: %s unreachable (%s); the next sweep sends what is due", service, kind)
     return attempts
 
 
@@ -143,8 +156,12 @@ def send_if_due(ctx: WorkerContext) -> bool:
     try:
         with session_scope(ctx.sessions) as session:
             due = any_due(session)
-    except Exception:
-        log.warning("could not look for due webhooks; the next sweep looks again", exc_info=True)
+    except Exception as exc:
+        # An outage is one line; anything else keeps its traceback.
+        log.warning(
+            "could not look for due webhooks; the next sweep looks again",
+            exc_info=not is_infrastructure_fault(exc),
+        )
         return False
     if due:
         send_soon(ctx)

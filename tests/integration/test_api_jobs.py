@@ -33,7 +33,6 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     web,
     web_settings,
 )
-from tests.services import REDIS_URL
 from web.openapi import openapi_document
 
 pytestmark = pytest.mark.integration
@@ -529,41 +528,6 @@ def test_unexpected_errors_are_json_and_do_not_echo(web: WebEnv, caller: Caller,
     assert "hunter2" not in resp.get_data(as_text=True)
 
 
-def test_healthz_reports_the_database(web: WebEnv) -> None:
-    resp = web.client.get("/healthz")
-    assert resp.status_code == 200
-    body = resp.get_json()
-    assert body["status"] == "ok"
-    assert body["checks"] == {"database": "ok"}
-    assert body["mode"] == "server"
-    assert body["simulated"] is True
-
-
-def test_healthz_pings_redis_in_server_mode(
-    web_settings: dict[str, Any], memory_celery: Any, redis_client: Any
-) -> None:
-    env = make_env({**web_settings, "redis_url": REDIS_URL}, memory_celery)
-    try:
-        body = env.client.get("/healthz").get_json()
-        assert body["checks"] == {"database": "ok", "redis": "ok"}
-    finally:
-        env.app.extensions["factgate"].engine.dispose()
-
-
-def test_healthz_is_503_when_a_dependency_is_down(web_settings: dict[str, Any], memory_celery: Any) -> None:
-    # Port 9 (discard) has no Redis: the ping fails fast, and the answer says so without details.
-    env = make_env({**web_settings, "redis_url": "redis://:s3cret@127.0.0.1:9/0"}, memory_celery)
-    try:
-        resp = env.client.get("/healthz")
-        assert resp.status_code == 503
-        body = resp.get_json()
-        assert body["status"] == "unavailable"
-        assert body["checks"] == {"database": "ok", "redis": "unreachable"}
-        assert "s3cret" not in resp.get_data(as_text=True)
-    finally:
-        env.app.extensions["factgate"].engine.dispose()
-
-
 def test_openapi_describes_every_v1_route(web: WebEnv) -> None:
     resp = web.client.get("/openapi.json")
     assert resp.status_code == 200
@@ -573,7 +537,7 @@ def test_openapi_describes_every_v1_route(web: WebEnv) -> None:
     routes = {
         (re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"{\1}", rule.rule), method.lower())
         for rule in web.app.url_map.iter_rules()
-        if rule.rule.startswith("/v1") or rule.rule in ("/healthz", "/openapi.json")
+        if rule.rule.startswith("/v1") or rule.rule in ("/healthz", "/readyz", "/openapi.json")
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }
     assert len(routes) >= 11
