@@ -254,8 +254,7 @@ def _file_format(upload: FileStorage) -> str:
 def _upload(state: FormState) -> tuple[Upload, str]:
     """The submission and the id of the control its rows came from (`file` or `paste`)."""
     chosen = request.files.get("file")
-    taken = recipe_for(state.kind).option_names if state.kind in KINDS else frozenset()
-    options = {k: v for k, v in state.options.items() if k in taken}
+    options = {k: v for k, v in state.options.items() if k in _sent_options(state.kind)}
     metadata: dict[str, Any] = {"name": state.name} if state.name else {}
     if chosen is not None and chosen.filename:
         state.filename = chosen.filename[:MAX_NAME_CHARS]
@@ -286,6 +285,19 @@ def _form_error(exc: ApiError, source: str) -> FormError:
         # Intake keeps the first MAX_ERRORS_KEPT problems and counts the rest in its message.
         more = f"and {'at least ' if len(problems) >= MAX_ERRORS_KEPT else ''}{extra:,} more"
     return FormError(problems[:MAX_DETAILS], _target(exc, source), more)
+
+
+def _sent_options(kind: str) -> frozenset[str]:
+    """The form options a kind is sent: those its recipe takes, less any of a group not shown for it. A
+    kind whose recipe shares an option's name with another kind's group (citations' `supported_min`,
+    claims' field) must not be sent that group's value: it is another kind's cutoff, with its default."""
+    if kind not in KINDS:
+        return frozenset()
+    taken = set(recipe_for(kind).option_names)
+    for names in OPTION_GROUPS.values():
+        if not set(names) <= taken:
+            taken -= set(names)
+    return frozenset(taken)
 
 
 def _option_groups(recipes: list[Recipe]) -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,4 +139,37 @@ def test_quote_report_in_browser(embedded: tuple[Flask, str]) -> None:
         page.locator("#question-1 a.reqid").first.click()
         page.wait_for_selector("text=Call 1 of")
         assert job_id in page.inner_text("main")
+        assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []
+
+
+EXAMPLE_ANSWERS = Path(__file__).resolve().parents[2] / "examples" / "citations.jsonl"
+
+
+def test_citations_report_in_browser(embedded: tuple[Flask, str]) -> None:
+    """The example answers (examples/citations.jsonl) through the real pipeline: sentences coloured by
+    label, the misattributed ones badged, the evidence with the best chunk of a long source, the metrics,
+    and the cutoff replay relabelling in place with no request."""
+    app, token = embedded
+    resp = app.test_client().post(
+        "/v1/jobs?kind=citations",
+        data=EXAMPLE_ANSWERS.read_bytes(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+    )
+    assert resp.status_code == 202, resp.get_data(as_text=True)[:500]
+    job_id: str = resp.get_json()["id"]
+    wait_for(app, job_id)
+    with serve(app) as base, chromium() as (page, watch):
+        open_report(page, base, token, job_id)
+        assert page.locator("article[aria-label^='Answer']").count() == 11
+        for label in ("supported", "weak", "unsupported", "contradicted", "uncited", "not_checkable"):
+            assert page.locator(f".answer-text .sent.l-{label}").count() >= 1, label
+        assert "misattributed: [wall-b]" in page.inner_text("#question-3")
+        assert page.locator("td.passage .passage-block").count() >= 20
+        assert "★" in page.inner_text("#question-9")  # the long document's best chunk
+        assert "citation recall" in page.inner_text("#summary").lower()
+        save_screenshot(page, "citations-report", docs=True)
+        page.fill("#weak_min", "0.6")
+        page.locator("#summary button[type=submit]").click()
+        page.wait_for_selector("text=replayed")
+        assert page.locator("#question-4 .answer-text .sent.l-weak").count() == 0
         assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []

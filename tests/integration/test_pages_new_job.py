@@ -154,6 +154,24 @@ def test_json_file_and_question_kinds(web: WebEnv, caller: Caller) -> None:
     assert "mode" not in job.options
 
 
+def test_citations_from_the_form_keep_their_own_cutoffs_and_refuse_a_csv(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    row = {
+        "id": "a1",
+        "answer": "Tea began in China [1].",
+        "sources": [{"id": "1", "text": "Tea began in China."}],
+    }
+    # A script-less browser sends the claims group too: its supported_min (0.8) is claims', not citations'.
+    resp = post_form(web.client, csrf, file=(json.dumps(row).encode(), "answers.jsonl"), kind="citations",
+                     supported_min="0.8", contradicted_max="0.2", mode="grounded")  # fmt: skip
+    job = web.job(created_job(web, resp))
+    assert (job.kind, job.total_items) == ("citations", 1)
+    assert job.options["supported_min"] == 0.7 and "mode" not in job.options
+    refused = post_form(web.client, csrf, file=(b"id,answer\na1,x\n", "answers.csv"), kind="citations")
+    assert refused.status_code == 400
+    assert "NDJSON or JSON" in refused.get_data(as_text=True)
+
+
 def test_a_json_object_file_brings_items_and_metadata_but_not_kind(web: WebEnv, caller: Caller) -> None:
     csrf = signed_in(web, caller)
     body = {
