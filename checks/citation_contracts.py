@@ -170,7 +170,7 @@ class CitationSentence(Contract):
 
 
 class CitationMetrics(Contract):
-    """Citation quality over the checkable sentences (docs/spec.md §5, citations: the definitions, next
+    """Citation quality over the checkable sentences (docs/spec.md §8: the definitions, next
     to ALCE's). Rates are null when their denominator is 0."""
 
     sentences: int = 0
@@ -193,7 +193,7 @@ class CitationMetrics(Contract):
 
 
 class CitationReport(ReportHead):
-    """The report of one answer, stored on its entry item (shape: docs/spec.md §6)."""
+    """The report of one answer, stored on its entry item (shape: docs/spec.md §8.7)."""
 
     kind: str = "citations"
     built_at: str | None = None

@@ -1,4 +1,4 @@
-"""A team's own answer, cut into sentences with the sources each one cites (docs/spec.md §5, citations).
+"""A team's own answer, cut into sentences with the sources each one cites (docs/spec.md §8).
 
 The `citations` kind takes answers our users' pipelines wrote, with `[n]` markers whose `n` is one of the
 row's source ids: the seed format `[2]`, runs `[2][5]` and lists `[2, 5]`. Ids are strings (`[doc-7]`), so

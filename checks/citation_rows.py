@@ -1,4 +1,4 @@
-"""Input rows of `citations` jobs: a team's own answer with its own sources (docs/spec.md §5, citations).
+"""Input rows of `citations` jobs: a team's own answer with its own sources (docs/spec.md §8).
 
 `{"id", "answer", "sources": [{"id", "text", "title"?, "url"?}], "question"?}`, one per NDJSON line or JSON
 array item. Validated all or nothing like every kind (docs/spec.md §2.1's rule): every problem is named by

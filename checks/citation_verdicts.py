@@ -1,4 +1,4 @@
-"""Labels, misattribution and citation metrics of the `citations` kind (docs/spec.md §5, citations).
+"""Labels, misattribution and citation metrics of the `citations` kind (docs/spec.md §8).
 
 Our code, not the model, turns a sentence's probabilities into a label: the answer kind's policy (§3.4,
 `checks/answer_labels.py:label_sentence`), with the job's cutoffs. A source's support is its best chunk's

@@ -1,4 +1,4 @@
-"""The `citations` kind's application side (docs/spec.md §5, citations): rows into entry items (in memory
+"""The `citations` kind's application side (docs/spec.md §8): rows into entry items (in memory
 or streamed through the staging table), which items come next for an answer, and its report.
 
 An entry item holds one answer and its sources (`CitationEntry`). Its handler calls nothing upstream: it
@@ -244,7 +244,7 @@ def _step(step: str, status: str, message: str, **where: object) -> dict[str, ob
 def build_report(
     job: Job, entry_item: Item, children: Sequence[Item], *, incomplete: bool
 ) -> dict[str, object]:
-    """The answer's report (shape: docs/spec.md §6), from stored items only, at the job's cutoffs."""
+    """The answer's report (shape: docs/spec.md §8.7), from stored items only, at the job's cutoffs."""
     entry = _entry(entry_item)
     cutoffs = cutoffs_of(job)
     options = job.options or {}

@@ -1,4 +1,4 @@
-"""The `citations` recipe (docs/spec.md §5, citations): a team's own answers with their own sources and `[n]`
+"""The `citations` recipe (docs/spec.md §8): a team's own answers with their own sources and `[n]`
 markers; every sentence scored against the passages it cites (and, for misattribution, the row's other
 sources), labelled at the job's cutoffs, with citation recall and precision per answer and per job.
 
