@@ -277,3 +277,28 @@ def test_bad_rows_and_csv_bodies_are_refused_naming_the_field(app: Flask, auth: 
     assert csv_body.status_code == 400 and "NDJSON or JSON" in message and "sources" in message
     with Session(app.extensions["factgate"].engine) as s:
         assert not s.scalar(select(func.count()).select_from(Item).where(Item.custom_id.in_(["a", "b"])))
+
+
+def test_the_job_and_its_results_match_the_served_document(
+    stack: SharedStack, app: Flask, auth: dict[str, str]
+) -> None:
+    """Real citations responses (the job object with its summary, every results line with the report it
+    carries, the trailer) against the served /openapi.json, whose components come from the contracts."""
+    from openapi_core import OpenAPI
+
+    from tests.integration.test_api_openapi_responses import _check, _lines
+
+    client = app.test_client()
+    served = client.get("/openapi.json").get_json()
+    assert "citations" in served["components"]["schemas"]["Job"]["properties"]["kind"]["enum"]
+    assert {"CitationsResult", "CitationsSummary", "CitationRow", "CitationsOptions"} <= set(
+        served["components"]["schemas"]
+    )
+    api = OpenAPI.from_dict(served)
+    rows = [line for line in EXAMPLES.read_text().splitlines() if json.loads(line)["id"] in ("danube", "tea")]
+    job_id = _submit_ndjson(client, auth, "\n".join(rows).encode())
+    assert stack.wait_job(uuid.UUID(job_id), timeout=120).status == "completed"
+    job = _check(api, client.get(f"/v1/jobs/{job_id}", headers=auth))
+    assert job["summary"]["kind"] == "citations" and job["summary"]["metrics"]["contradicted"] == 1
+    lines = _lines(served, client.get(f"/v1/jobs/{job_id}/results", headers=auth), "CitationsResult")
+    assert [line["custom_id"] for line in lines] == ["danube", "tea"]
