@@ -6,8 +6,8 @@ Embedded by default (this process runs the app and a worker on a SQLite file), o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -100,7 +100,7 @@ def citations(
         finish(target, job, report_path=report_path, render=lambda: _output(target, job))
 
 
-def _output(target: Target, job: dict[str, Any]) -> list[str]:
+def _output(target: Target, job: Mapping[str, object]) -> list[str]:
     lines: list[str] = []
     for line in target.client.results(str(job["id"])):
         lines.extend(render_line("citations", line))

@@ -274,3 +274,34 @@ def test_the_job_summary_sums_each_answers_metrics() -> None:
     assert summary.questions == 3 and summary.outcomes["done"] == 1 and summary.outcomes["failed"] == 1
     assert summary.metrics.checkable == 1 and summary.metrics.citation_recall == 1.0
     assert summary.totals["decisions_requests"] == 1
+
+
+# --- the simulator judges the caller's passages ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("passage", "label"),
+    [
+        ("The Danube flows through 10 countries on its way to the Black Sea.", "supported"),
+        ("The Danube flows through 12 countries on its way to the Black Sea.", "contradicted"),  # a number
+        ("The Rhine flows through 10 countries on its way to the Black Sea.", "contradicted"),  # a name
+        ("The Louvre in Paris is the most visited museum in the world.", "unsupported"),  # another topic
+    ],
+)
+def test_the_simulator_judges_caller_passages_so_tests_can_build_each_label(passage: str, label: str) -> None:
+    from simulator.config import SimConfig
+    from simulator.engine import Engine
+
+    claim = "The Danube flows through 10 countries on its way to the Black Sea."
+    entry = CitationEntry(answer=f"{claim} [1]", sources=[_source("1", passage)])
+    (plan,) = plan_sentences(entry, misattribution=False)
+    outcome = Engine(SimConfig()).decide(
+        decisions_request(plan.claim, plan.passages, "pplx-decider-v1.1-27b")
+    )
+    answers = {name: float(a["noul"]) for name, a in outcome.answers.items()}
+    score = SentenceScore(
+        checkable=answers["checkable"],
+        supports={"1": answers["supports_1"]},
+        contradicts={"1": answers["contradicts_1"]},
+    )
+    assert judge(plan, score, CUT).label == label
