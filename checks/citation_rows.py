@@ -31,6 +31,7 @@ from checks.ndjson import (
     Unit,
     feed_ndjson,
     show_value,
+    text_problem,
 )
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 
@@ -76,17 +77,6 @@ class CitationsValidationError(ClaimsValidationError):
     """The batch of answers is rejected whole; `errors` name each bad row."""
 
 
-def _text_problem(value: str) -> str | None:
-    """What Postgres or JSON cannot store: NUL, unpaired surrogates."""
-    if "\x00" in value:
-        return "must not contain a NUL character"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode (it holds an unpaired surrogate escape)"
-    return None
-
-
 class _Checker(RowCollector):
     """Validates answer rows one at a time; `size` is the current row's size in bytes when known."""
 
@@ -119,7 +109,7 @@ class _Checker(RowCollector):
         if required and not value.strip():
             self.fail(line, field, "must not be empty")
             return None
-        if problem := _text_problem(value):
+        if problem := text_problem(value):
             self.fail(line, field, problem)
             return None
         if max_bytes is not None and (size := len(value.encode("utf-8"))) > max_bytes:

@@ -166,3 +166,14 @@ def feed_ndjson(lines: Iterable[RowLine], sink: RowSink) -> None:
 # Control and format characters (bidi overrides such as U+202E, zero-width joiners) make an id display as
 # another one in pages, CSV and terminals, so no row id may hold one, on any intake path.
 UNPRINTABLE_ID = "must not contain control or formatting characters (such as bidi overrides)"
+
+
+def text_problem(value: str) -> str | None:
+    """What Postgres or JSON cannot store in a text field: NUL, unpaired surrogates (None: storable)."""
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it holds an unpaired surrogate escape)"
+    return None

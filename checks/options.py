@@ -29,7 +29,7 @@ class OptionsError(ValueError):
         self.message = message
 
 
-def _number(raw: Mapping[str, Any], name: str, default: float | None) -> float | None:
+def number_option(raw: Mapping[str, Any], name: str, default: float | None) -> float | None:
     if name not in raw or raw[name] is None or raw[name] == "":
         return default
     value = raw[name]
@@ -45,7 +45,7 @@ def _number(raw: Mapping[str, Any], name: str, default: float | None) -> float |
     return float(value)
 
 
-def _webhook_url(raw: Mapping[str, Any]) -> str | None:
+def webhook_url_option(raw: Mapping[str, Any]) -> str | None:
     """Where to send the job's webhook when it ends (see checks/webhooks.py), or None."""
     value = raw.get("webhook_url")
     if value is None or value == "":
@@ -56,7 +56,7 @@ def _webhook_url(raw: Mapping[str, Any]) -> str | None:
         raise OptionsError("webhook_url", str(exc)) from None
 
 
-def _without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
+def without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
     """Stored options name `webhook_url` only when one was given."""
     if options.get("webhook_url") is None:
         options.pop("webhook_url", None)
@@ -95,7 +95,7 @@ class ClaimsOptions:
         return modes_for(self.mode)
 
     def as_dict(self) -> dict[str, Any]:
-        return _without_unset_webhook(asdict(self))
+        return without_unset_webhook(asdict(self))
 
 
 CLAIMS_OPTION_NAMES = frozenset(
@@ -103,7 +103,7 @@ CLAIMS_OPTION_NAMES = frozenset(
 )
 
 
-def _priority(raw: Mapping[str, Any]) -> Priority:
+def priority_option(raw: Mapping[str, Any]) -> Priority:
     """`interactive` (someone is waiting: goes first within the tenant's share) or `batch` (the default)."""
     value = raw.get("priority") or "batch"
     if value not in PRIORITIES:
@@ -125,11 +125,11 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
     mode = raw.get("mode") or "grounded"
     if mode not in CLAIMS_MODES:
         raise OptionsError("mode", f"must be one of {', '.join(CLAIMS_MODES)}, got {mode!r}")
-    supported_min = _number(raw, "supported_min", SUPPORTED_MIN)
-    contradicted_max = _number(raw, "contradicted_max", CONTRADICTED_MAX)
+    supported_min = number_option(raw, "supported_min", SUPPORTED_MIN)
+    contradicted_max = number_option(raw, "contradicted_max", CONTRADICTED_MAX)
     assert supported_min is not None and contradicted_max is not None
     check_cutoffs(supported_min, contradicted_max)
-    budget = _number(raw, "budget_usd", None)
+    budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
     return ClaimsOptions(
@@ -138,8 +138,8 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         supported_min=supported_min,
         contradicted_max=contradicted_max,
         budget_usd=budget,
-        priority=_priority(raw),
-        webhook_url=_webhook_url(raw),
+        priority=priority_option(raw),
+        webhook_url=webhook_url_option(raw),
     )
 
 
@@ -184,7 +184,7 @@ class QuestionsOptions:
     webhook_url: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return _without_unset_webhook(asdict(self))
+        return without_unset_webhook(asdict(self))
 
 
 def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
@@ -199,9 +199,9 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     model = raw.get("model") or CUTOFFS_MODEL
     if not isinstance(model, str) or model not in KNOWN_MODELS:
         raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
-    budget = _number(raw, "budget_usd", None)
+    budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
     return QuestionsOptions(
-        model=model, budget_usd=budget, priority=_priority(raw), webhook_url=_webhook_url(raw)
+        model=model, budget_usd=budget, priority=priority_option(raw), webhook_url=webhook_url_option(raw)
     )

@@ -20,6 +20,7 @@ from checks.ndjson import (
     Unit,
     feed_ndjson,
     show_value,
+    text_problem,
 )
 
 __all__ = [
@@ -51,17 +52,6 @@ class QuestionsValidationError(ClaimsValidationError):
     """The batch of questions is rejected whole; `errors` name each bad row."""
 
 
-def _text_problem(value: str) -> str | None:
-    """What Postgres or JSON cannot store: NUL, unpaired surrogates."""
-    if "\x00" in value:
-        return "must not contain a NUL character"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode (it holds an unpaired surrogate escape)"
-    return None
-
-
 class _Checker(RowCollector):
     """Validates question rows one at a time."""
 
@@ -84,7 +74,7 @@ class _Checker(RowCollector):
         elif not row_id.strip():
             self.fail(line, "id", "must not be empty")
             ok = False
-        elif problem := _text_problem(row_id):
+        elif problem := text_problem(row_id):
             self.fail(line, "id", problem)
             ok = False
         elif not row_id.isprintable():
@@ -111,7 +101,7 @@ class _Checker(RowCollector):
         elif not question.strip():
             self.fail(line, "question", "must not be empty")
             ok = False
-        elif problem := _text_problem(question):
+        elif problem := text_problem(question):
             self.fail(line, "question", problem)
             ok = False
         elif (size := len(question.encode("utf-8"))) > MAX_QUESTION_BYTES:

@@ -39,10 +39,10 @@ from checks.ndjson import RowLine
 from checks.options import (
     CUTOFFS_MODEL,
     OptionsError,
-    _number,
-    _priority,
-    _webhook_url,
-    _without_unset_webhook,
+    number_option,
+    priority_option,
+    webhook_url_option,
+    without_unset_webhook,
 )
 from checks.pricing import KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
@@ -115,7 +115,7 @@ class CitationsOptions:
         )
 
     def as_dict(self) -> dict[str, object]:
-        return _without_unset_webhook(
+        return without_unset_webhook(
             {
                 "model": self.model,
                 **self.cutoffs.model_dump(),
@@ -153,7 +153,7 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     defaults = CitationCutoffs()
     values: dict[str, float] = {}
     for name, default in defaults.model_dump().items():
-        value = _number(raw, name, float(default))
+        value = number_option(raw, name, float(default))
         assert value is not None
         values[name] = value
     cutoffs = CitationCutoffs(**values)
@@ -162,7 +162,7 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     review = raw.get("review") or "none"
     if review not in REVIEWS:
         raise OptionsError("review", f"must be one of {', '.join(REVIEWS)}, got {review!r}")
-    budget = _number(raw, "budget_usd", None)
+    budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
     return CitationsOptions(
@@ -171,8 +171,8 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
         misattribution=_boolean(raw, "misattribution", True),
         review="agent" if review == "agent" else "none",
         budget_usd=budget,
-        priority=_priority(raw),
-        webhook_url=_webhook_url(raw),
+        priority=priority_option(raw),
+        webhook_url=webhook_url_option(raw),
     )
 
 
