@@ -25,6 +25,7 @@ from jobs.quotas import QuotaExceeded
 from jobs.usage import tenant_usage
 from models import JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant, token_still_live
+from web.enqueue import enqueue_cancel
 from web.errors import (
     IDEMPOTENCY_CONFLICT,
     QUOTA_EXCEEDED,
@@ -326,7 +327,8 @@ def job_scorecard(job_id: str) -> Response:
 
 @api.post("/jobs/<job_id>/cancel", endpoint="cancel_job")
 def cancel_job_view(job_id: str) -> Response:
-    """Stop a live job: pending items are skipped, running ones finish, then it is cancelled."""
+    """Stop a live job: it is `cancelling` at once (one small UPDATE, whatever its size); its pending items
+    are skipped in the background in batches, running ones finish, then it is cancelled."""
     session = db_session()
     job = _job_or_404(job_id)
     if job.status == "cancelling":
@@ -336,6 +338,7 @@ def cancel_job_view(job_id: str) -> Response:
         session.refresh(job)
         raise conflict(f"job is {job.status}; only a validating, queued or running job can be cancelled")
     session.commit()
+    enqueue_cancel(job)
     return _json(status_object(session, job))
 
 

@@ -44,6 +44,7 @@ from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_
 from models import JOB_STATUSES, Job
 from web import page_session
 from web.auth import current_tenant
+from web.enqueue import enqueue_cancel
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
 from web.pages_jobs import job_view, job_views, progress_payload
@@ -231,6 +232,7 @@ def job_cancel(job_id: str) -> BaseResponse:
         flash("The job is already being cancelled.", "info")
     elif cancel_job(sess, job):
         sess.commit()
+        enqueue_cancel(job)
         flash("Cancelling: pending items are skipped, running ones finish first.", "info")
     else:
         sess.rollback()

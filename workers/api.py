@@ -20,12 +20,18 @@ from config import Settings
 
 START_JOB = "factgate.start_job"
 DELIVER_WEBHOOKS = "factgate.deliver_webhooks"
+FINISH_CANCEL = "factgate.finish_cancel"
 DEFAULT_QUEUE = "celery"  # Celery's default queue name, which the web process also sends to
 
 
 def enqueue_start(app: Celery, job_id: uuid.UUID | str) -> None:
     """Ask the workers to start a committed job (call only after the job's transaction commits)."""
     app.send_task(START_JOB, args=[str(job_id)])
+
+
+def enqueue_finish_cancel(app: Celery, job_id: uuid.UUID | str) -> None:
+    """Ask the workers to skip a just-cancelled job's pending items in batches and end it (after commit)."""
+    app.send_task(FINISH_CANCEL, args=[str(job_id)])
 
 
 def enqueue_webhooks(app: Celery) -> None:

@@ -23,6 +23,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from checks.recipes import RECIPES
 from config.logging import bind
 from jobs.bulk_load import Built, build_staged
+from jobs.control import cancel_step, cancelling_with_pending
 from jobs.finalize import maybe_finalize
 from jobs.items import (
     Exhausted,
@@ -126,11 +127,43 @@ def start_job(job_id: str) -> None:
         built = build_staged(session, jid)
     if built is Built.BUILT:
         log.info("job %s: items built from its staged rows", jid)
+    elif built is Built.CANCELLED:
+        _finish_cancel(ctx, jid)
+        return
     with session_scope(ctx.sessions) as session:
         mark_started(session, [jid])
     # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
     log.info("job %s received; the dispatcher sends its items", jid)
     _finalize(ctx, jid)
+
+
+def _finish_cancel(ctx: WorkerContext, job_id: uuid.UUID) -> int:
+    """Skip a cancelling job's pending items (and delete the staged rows of one cancelled while
+    validating) in bounded batches, each its own transaction, then build the reports of its questions and
+    finalize it. Returns the rows handled. Stops early while a build holds the job: that build rolls back
+    and calls this itself."""
+    handled = 0
+    while True:
+        with session_scope(ctx.sessions) as session:
+            step = cancel_step(session, job_id)
+        if not step:
+            break
+        handled += step
+    if step is None:
+        return handled
+    advance_stalled(ctx, job_id)
+    _finalize(ctx, job_id)
+    if handled:
+        log.info("job %s: cancel finished, %d rows skipped or deleted in batches", job_id, handled)
+    return handled
+
+
+@shared_task(name="factgate.finish_cancel", ignore_result=True)
+def finish_cancel(job_id: str) -> None:
+    """A job was cancelled (the request only marked it `cancelling`): skip its pending items in batches of
+    jobs/control.py:SKIP_BATCH and end it. Several at once share the work (`SKIP LOCKED`); the sweeper sends
+    it again for a cancelling job that still has pending items (a lost message)."""
+    _finish_cancel(_ctx(), uuid.UUID(job_id))
 
 
 @shared_task(name="factgate.after_window", ignore_result=True)
@@ -315,6 +348,7 @@ def sweep() -> dict[str, int]:
         expired = expire_leases(session)
         forgotten = forget_stale_dispatches(session, ctx.settings.dispatch_stale_s)
         restart = stale_validating(session, ctx.settings.dispatch_stale_s)
+        cancels = cancelling_with_pending(session)
         jobs = live_job_ids(session)
     for jid in restart:  # after commit (the SKIP LOCKED rows were only held for the query)
         log.warning("job %s is still validating: start_job sent again", jid)
@@ -322,6 +356,11 @@ def sweep() -> dict[str, int]:
             start_job.delay(str(jid))
         except Exception:
             log.exception("could not send start_job for job %s; the next sweep tries again", jid)
+    for jid in cancels:  # usually the view's own message is already at work; batches are shared
+        try:
+            finish_cancel.delay(str(jid))
+        except Exception:
+            log.exception("could not send finish_cancel for job %s; the next sweep tries again", jid)
     finalized = 0
     for jid in jobs:
         if _finalize(ctx, jid):
@@ -336,5 +375,6 @@ def sweep() -> dict[str, int]:
         "finalized": finalized,
         "live": len(jobs),
         "restarted": len(restart),
+        "cancels": len(cancels),
         "webhooks_due": int(webhooks),
     }
