@@ -117,6 +117,8 @@ def retry_failed(session: Session, job: Job) -> int:
     """
     if job.status not in JobStatus.ended():
         raise JobStateError(f"job is {job.status}; only an ended job can be retried")
+    if job.purged_at is not None:
+        raise JobStateError("the job's items were purged under its retention; there is nothing to retry")
     result = session.execute(
         update(Item)
         .where(Item.job_id == job.id, Item.status == "failed")

@@ -10,6 +10,7 @@ from models.jobs import (
     ApiCall,
     Item,
     Job,
+    UsageDay,
     intake_rows,
 )
 from models.sessions import SESSION_END_REASONS, WebSession
@@ -34,6 +35,7 @@ __all__ = [
     "JobStatus",
     "Stage",
     "Tenant",
+    "UsageDay",
     "WebSession",
     "WebhookAttempt",
     "WebhookDelivery",

@@ -7,7 +7,7 @@ import logging
 
 from models import Job
 from web.session import resources
-from workers.api import enqueue_finish_cancel
+from workers.api import enqueue_finish_cancel, enqueue_purge_jobs
 
 log = logging.getLogger("factgate.web")
 
@@ -19,3 +19,12 @@ def enqueue_cancel(job: Job) -> None:
         enqueue_finish_cancel(resources().celery, job.id)
     except Exception:
         log.exception("could not enqueue finish_cancel for job %s; the sweeper will", job.id)
+
+
+def enqueue_purge() -> None:
+    """`factgate.purge` now, after a commit that deleted jobs; beat runs it every FACTGATE_PURGE_INTERVAL_S
+    anyway, so a lost message only delays the purge (the deleted rows are invisible meanwhile)."""
+    try:
+        enqueue_purge_jobs(resources().celery)
+    except Exception:
+        log.exception("could not enqueue the purge; beat will run it")

@@ -38,7 +38,9 @@ from jobs.items import (
     try_claim,
 )
 from jobs.keyring import KeyringError
+from jobs.purge import purge_queue, purge_step
 from jobs.records import ClaimedItem
+from jobs.retention import Retention
 from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.stages import Step, advance_question, stalled_questions
 from jobs.sweeper import expire_leases, live_job_ids, stale_validating
@@ -164,6 +166,37 @@ def finish_cancel(job_id: str) -> None:
     jobs/control.py:SKIP_BATCH and end it. Several at once share the work (`SKIP LOCKED`); the sweeper sends
     it again for a cancelling job that still has pending items (a lost message)."""
     _finish_cancel(_ctx(), uuid.UUID(job_id))
+
+
+def purge_job(ctx: WorkerContext, job_id: uuid.UUID) -> int:
+    """Purge one deleted or expired job in batches of jobs/purge.py:PURGE_BATCH rows, each its own short
+    transaction; returns the rows removed."""
+    removed = 0
+    while True:
+        with session_scope(ctx.sessions) as session:
+            step = purge_step(session, job_id)
+        if not step:
+            return removed
+        removed += step
+
+
+@shared_task(name="factgate.purge", ignore_result=True)
+def purge() -> dict[str, int]:
+    """Beat task (every FACTGATE_PURGE_INTERVAL_S), and sent after a delete: remove deleted jobs and purge
+    those past their tenant's retention, one job at a time, in bounded batches. Two at once share the rows
+    (`SKIP LOCKED`) and count each once (the roll-up moves a row in the statement that deletes it)."""
+    ctx = _ctx()
+    with session_scope(ctx.sessions) as session:
+        queue = purge_queue(session, Retention.of(ctx.settings))
+    removed = 0
+    for jid in [*queue.remove, *queue.expire]:
+        try:
+            removed += purge_job(ctx, jid)
+        except SQLAlchemyError:
+            log.exception("purging job %s failed; the next purge goes on from where it stopped", jid)
+    if len(queue):
+        log.info("purge: %d jobs, %d rows removed", len(queue), removed)
+    return {"removed_jobs": len(queue.remove), "expired_jobs": len(queue.expire), "rows": removed}
 
 
 @shared_task(name="factgate.after_window", ignore_result=True)
