@@ -39,8 +39,8 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.purge import delete_job
-from jobs.retention import Retention
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
+from jobs.retention import Retention
 from jobs.sessions import LiveSession, live_token, page_session_is_live
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
 from models import JOB_STATUSES, Job
