@@ -160,6 +160,10 @@ class ApiClient:
         body: dict[str, Any] = self._send("POST", f"/v1/jobs/{job_id}/cancel").json()
         return body
 
+    def delete(self, job_id: str) -> None:
+        """DELETE /v1/jobs/{id}: an ended job (204); a live one is refused with the server's message."""
+        self._send("DELETE", f"/v1/jobs/{job_id}")
+
     def results(self, job_id: str) -> list[dict[str, Any]]:
         """Every result line (NDJSON) of a job, parsed, without the stream's `{"_end": …}` trailer line;
         a stream that stops before its trailer was cut short and is an error, not a shorter result."""

@@ -1,4 +1,4 @@
-"""`factgate submit|status|results|cancel`: the HTTP client of the job API, for remote servers.
+"""`factgate submit|status|results|cancel|jobs delete`: the HTTP client of the job API, for remote servers.
 
 They talk to `--server URL` (or FACTGATE_URL) with `--token` (or FACTGATE_TOKEN). Without a server,
 status/results/cancel read the local database through the in-process app (jobs made by `check`);
@@ -202,3 +202,19 @@ def cancel(job_id: str, server: str | None, token: str | None) -> None:
     with open_target(server_from(server), token_from(token)) as target:
         job = target.client.cancel(job_id)
     click.echo(status_line(job))
+
+
+@click.group()
+def jobs() -> None:
+    """Jobs as a whole: delete an ended one."""
+
+
+@jobs.command("delete")
+@click.argument("job_id", metavar="JOB")
+@_server_options
+def jobs_delete(job_id: str, server: str | None, token: str | None) -> None:
+    """Delete an ended job: gone at once from lists and reads, its rows purged in the background; its usage
+    stays in `/v1/usage`. A live job is refused: cancel it first."""
+    with open_target(server_from(server), token_from(token)) as target:
+        target.client.delete(job_id)
+    click.echo(f"job {job_id} deleted; its rows are purged in the background")

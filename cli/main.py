@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "status": "cli.jobs_cmd:status",
     "results": "cli.jobs_cmd:results",
     "cancel": "cli.jobs_cmd:cancel",
+    "jobs": "cli.jobs_cmd:jobs",
     "serve": "cli.server_cmd:serve",
     "worker": "cli.server_cmd:worker",
     "beat": "cli.server_cmd:beat",

@@ -118,6 +118,10 @@ def tenants_show(name: str) -> None:
     else:
         click.echo("upstream key        the operator's (PERPLEXITY_API_KEY)")
     click.echo(f"webhook URL         {info.webhook_url or 'none'}  (jobs without a webhook_url option)")
+    retention = (
+        f"{info.retention_days} days" if info.retention_days else "the default (FACTGATE_RETENTION_DAYS)"
+    )
+    click.echo(f"retention           {retention} after a job ends")
     if info.webhook_secret_set_at is not None:
         click.echo(
             f"webhook secret      set {info.webhook_secret_set_at:%Y-%m-%d %H:%M} UTC "
@@ -164,6 +168,12 @@ def tenants_show(name: str) -> None:
     default=None,
     help="Where webhooks of jobs without a webhook_url option go (http or https); `none` removes it.",
 )
+@click.option(
+    "--retention-days",
+    type=_limit(int),
+    default=None,
+    help="Days an ended job keeps its results (at most FACTGATE_RETENTION_MAX_DAYS); `none`: the default.",
+)
 @click.pass_context
 def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     ctx: click.Context,
@@ -176,6 +186,7 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     upstream_key_file: Path | None,
     clear_upstream_key: bool,
     webhook_url: str | None,
+    retention_days: Any,
 ) -> None:
     """Change NAME's settings; only the options given change. A number limits, `none` removes a limit."""
     from checks.webhooks import WebhookUrlError
@@ -197,11 +208,13 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
             ("daily_budget_usd", daily_budget_usd),
             ("monthly_budget_usd", monthly_budget_usd),
             ("webhook_url", webhook_url),
+            ("retention_days", retention_days),
         )
     }
     if not given - {"name"}:
         raise InputError(
-            "nothing to set: give --weight, a quota, a budget, an upstream key option or --webhook-url"
+            "nothing to set: give --weight, a quota, a budget, an upstream key option, --webhook-url or "
+            "--retention-days"
         )
     if upstream_key_file is not None and clear_upstream_key:
         raise InputError("give --upstream-key-file or --clear-upstream-key, not both")
@@ -222,6 +235,7 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
                 upstream_key=key,
                 clear_upstream_key=clear_upstream_key,
                 keyring=keyring,
+                max_retention_days=Settings.from_env().retention_max_days,
                 **changes,
             )
     except TenantNotFoundError as exc:
@@ -237,6 +251,40 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
             "it is not shown again",
             err=True,
         )
+
+
+@tenants.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def tenants_delete(name: str, yes: bool) -> None:
+    """Remove NAME: its tokens and page sessions end now, its live jobs are cancelled and every job of it is
+    purged in the background; other tenants are untouched. Its usage roll-up (billing) is kept."""
+    from config import Settings
+    from jobs.purge import delete_tenant
+    from jobs.tenancy import TenantNotFoundError
+    from models import session_scope
+    from workers.api import enqueue_finish_cancel, enqueue_purge_jobs, producer_celery
+
+    if not yes:
+        click.confirm(f"Remove tenant {name!r} and purge all its jobs? This cannot be undone", abort=True)
+    try:
+        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+            done = delete_tenant(session, name)
+    except TenantNotFoundError as exc:
+        raise InputError(str(exc)) from None
+    # After the commit; if the broker is unreachable, the sweeper and beat's purge find the same work.
+    try:
+        celery = producer_celery(Settings.from_env())
+        for job_id in done.jobs_cancelled:
+            enqueue_finish_cancel(celery, job_id)
+        enqueue_purge_jobs(celery)
+    except Exception:
+        click.echo("could not reach the queue: the sweeper and the next purge will do it", err=True)
+    click.echo(
+        f"tenant {name} removed: {done.tokens_revoked} tokens revoked, {done.sessions_ended} sessions ended, "
+        f"{len(done.jobs_cancelled)} live jobs cancelled, {done.jobs_deleted} jobs deleted; their rows are "
+        "purged in the background"
+    )
 
 
 @tenants.command("webhook-secret")

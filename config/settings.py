@@ -104,6 +104,13 @@ class Settings:
     sweep_interval_s: float = 15.0
     worker_concurrency: int = 16
 
+    # Data lifecycle (jobs/purge.py). An ended job's results are kept this many days (a tenant may set its
+    # own, at most the maximum); then its items and per-attempt rows are purged in batches (usage rolled up
+    # first) and the job row stays as many days more. Deleted jobs and removed tenants go at the next purge.
+    retention_days: int = 30
+    retention_max_days: int = 365
+    purge_interval_s: float = 300.0
+
     # Web.
     secret_key: str | None = field(default=None, repr=False)
     # A page session ends after this long without a page request (background polls do not count) ...
@@ -136,6 +143,11 @@ class Settings:
         if self.trust_proxy < 0:
             raise ValueError(
                 f"FACTGATE_TRUST_PROXY is a number of proxies (0 or more), got {self.trust_proxy}"
+            )
+        if not 1 <= self.retention_days <= self.retention_max_days:
+            raise ValueError(
+                f"FACTGATE_RETENTION_DAYS must be from 1 to FACTGATE_RETENTION_MAX_DAYS "
+                f"({self.retention_max_days}), got {self.retention_days}"
             )
         if self.intake_defer_rows < 0:
             raise ValueError(f"FACTGATE_INTAKE_DEFER_ROWS must be 0 or more, got {self.intake_defer_rows}")
@@ -221,6 +233,9 @@ class Settings:
             max_item_attempts=_int(e, "FACTGATE_MAX_ITEM_ATTEMPTS", 4),
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
             worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 16),
+            retention_days=_int(e, "FACTGATE_RETENTION_DAYS", 30),
+            retention_max_days=_int(e, "FACTGATE_RETENTION_MAX_DAYS", 365),
+            purge_interval_s=_float(e, "FACTGATE_PURGE_INTERVAL_S", 300.0),
             secret_key=_str(e, "FACTGATE_SECRET_KEY"),
             encryption_keys=tuple(
                 k.strip() for k in (_str(e, "FACTGATE_ENCRYPTION_KEYS") or "").split(",") if k.strip()

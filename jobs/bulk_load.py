@@ -34,7 +34,7 @@ from enum import StrEnum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import CursorResult, delete, select, text
+from sqlalchemy import CursorResult, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from jobs.kinds import job_kind
@@ -221,42 +221,84 @@ def build_items(session: Session, job: Job) -> int:
     return items
 
 
+# The namespace of the advisory locks a build holds on its job (the other key is hashtext of the job id):
+# `pg_try_advisory_xact_lock(BUILD_LOCK_NS, hashtext(id))`, released when the build's transaction ends.
+BUILD_LOCK_NS = 0x46474231  # "FGB1"
+STAGED_DROP_BATCH = 10_000
+
+
+def build_lock_sql(job_id_sql: str) -> str:
+    """The SQL that takes the build lock of the job whose id is `job_id_sql` (a column or placeholder),
+    true when taken; the sweeper uses it to pass over a job that is being built."""
+    return f"pg_try_advisory_xact_lock({BUILD_LOCK_NS}, hashtext(CAST({job_id_sql} AS text)))"
+
+
+def try_build_lock(session: Session, job_id: uuid.UUID) -> bool:
+    """Take the job's build lock for the rest of this transaction, without waiting; True when taken (always
+    on SQLite, whose intake never defers a build and whose writers are serialized anyway)."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    return bool(session.scalar(text(f"SELECT {build_lock_sql(':job')}"), {"job": str(job_id)}))
+
+
+def drop_staged_batch(session: Session, job_id: uuid.UUID, limit: int = STAGED_DROP_BATCH) -> int:
+    """Delete up to `limit` of the job's staged rows (the table has no key, so by `ctid` on Postgres);
+    returns how many went. For a job that will never be built: its rows go in short transactions."""
+    if session.get_bind().dialect.name != "postgresql":
+        return drop_staged(session, job_id)
+    result = session.execute(
+        text(
+            f"DELETE FROM {_STAGING} WHERE ctid = ANY(ARRAY("  # noqa: S608 - module constant only
+            f"SELECT ctid FROM {_STAGING} WHERE job_id = :job LIMIT :n))"
+        ),
+        {"job": job_id, "n": limit},
+    )
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
 class Built(StrEnum):
     """What one `build_staged` call did."""
 
     BUILT = "built"  # the items were made and the job is queued
     SKIPPED = "skipped"  # the job is not validating (built before, cancelled, gone) or is being built
-    # by another call right now: nothing was built; any rows it still had staged were deleted
+    # by another call right now: nothing was built
+    CANCELLED = "cancelled"  # the job was cancelled while its items were being built: they were rolled back
 
 
 def build_staged(session: Session, job_id: uuid.UUID) -> Built:
     """Build a `validating` job's items from its staged rows and queue it, in the caller's transaction.
 
-    The job row is locked first (`FOR UPDATE SKIP LOCKED`): a second call while one builds — a redelivered
-    message, the sweeper's — skips at once instead of waiting, and one arriving after the commit finds the
-    job queued and does nothing. A job cancelled while validating gets no items; its staged rows are deleted
-    and finalize ends it (`jobs/finalize.py:maybe_finalize` ends a cancelling job that has no items). If the
-    transaction rolls back (a worker killed mid-build), the job is still validating with its rows staged,
-    and the sweeper sends `start_job` again (`jobs/sweeper.py:stale_validating`)."""
-    job = session.scalars(
-        select(Job)
-        .where(Job.id == job_id)
-        .with_for_update(skip_locked=True)
-        .execution_options(populate_existing=True)
-    ).first()
-    if job is None:
+    The build takes the job's advisory lock (`try_build_lock`), not its row lock: a second call while one
+    builds — a redelivered message, the sweeper's — skips at once instead of waiting, and one arriving after
+    the commit finds the job queued and does nothing; and a cancel, which only updates the job row, does not
+    wait for a build of 30–40 s (it did when the build held the row `FOR UPDATE`). The job becomes `queued`
+    by a conditional UPDATE, the build's last statement: if a cancel moved the job to `cancelling` meanwhile,
+    it misses, and the whole transaction — the million items included — is rolled back (`Built.CANCELLED`),
+    so a cancelled job never has its items materialised; its staged rows are left to `finish_cancel`, which
+    deletes them in batches, and finalize ends it with none. A job already cancelled gets no build at all.
+    If the transaction rolls back for any other reason (a worker killed mid-build), the job is still
+    validating with its rows staged, and the sweeper sends `start_job` again
+    (`jobs/sweeper.py:stale_validating`)."""
+    if not try_build_lock(session, job_id):
         return Built.SKIPPED
-    if job.status != JobStatus.VALIDATING:
-        dropped = drop_staged(session, job.id)
-        if dropped:
-            log.info("job %s is %s: %d staged rows deleted, no items built", job.id, job.status, dropped)
+    status = session.scalar(select(Job.status).where(Job.id == job_id))
+    if status != JobStatus.VALIDATING:
         return Built.SKIPPED
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
     items = build_items(session, job)
     if items != job.total_items:  # the intake counted the same rows × modes; a mismatch is a bug
         log.error(
             "job %s: %d items built from staged rows, %d counted at intake", job.id, items, job.total_items
         )
-    job.status = JobStatus.QUEUED
-    job.queued_at = utcnow()
-    session.flush()
+    queued = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.VALIDATING)
+        .values(status=JobStatus.QUEUED, queued_at=utcnow())
+    )
+    if not getattr(queued, "rowcount", 0):
+        session.rollback()
+        log.info("job %s was cancelled while its %d items were built: rolled back", job_id, items)
+        return Built.CANCELLED
+    session.refresh(job)
     return Built.BUILT

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from jobs.bulk_load import drop_staged
+from jobs.bulk_load import drop_staged, try_build_lock
 from jobs.kinds import job_kind
 from jobs.progress import request_counts
 from jobs.usage import usage_totals
@@ -62,6 +62,10 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         # validating never gets any: it ends here with none, its staged rows deleted (below).
         return False
     if not counts.all_terminal or not ready_to_finalize(session, job):
+        return False
+    if counts.total == 0 and not try_build_lock(session, job_id):
+        # Cancelled while its items are being built: the build sees the cancel, rolls back and finishes
+        # the cancel itself. Ending the job now would race that build for the staged rows.
         return False
     now = utcnow()
     cancelling = job.status == JobStatus.CANCELLING

@@ -27,7 +27,10 @@ def get_job(session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> 
     jid = job_id if isinstance(job_id, uuid.UUID) else parse_job_id(job_id)
     if jid is None:
         return None
-    return session.scalar(select(Job).where(Job.id == jid, Job.tenant_id == tenant_id))
+    # A deleted job is gone for its tenant at once, though the purge removes its rows later (jobs/purge.py).
+    return session.scalar(
+        select(Job).where(Job.id == jid, Job.tenant_id == tenant_id, Job.deleted_at.is_(None))
+    )
 
 
 def list_jobs(
@@ -41,7 +44,7 @@ def list_jobs(
 ) -> list[Job]:
     """The tenant's newest jobs first. Without `with_summary` the (possibly large) stored report summary is
     not loaded: the jobs page shows counts, cost and times, never the summary."""
-    stmt = select(Job).where(Job.tenant_id == tenant_id)
+    stmt = select(Job).where(Job.tenant_id == tenant_id, Job.deleted_at.is_(None))
     if not with_summary:
         stmt = stmt.options(defer(Job.summary, raiseload=True))
     if kind:
@@ -67,7 +70,7 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
     rows = session.execute(
         select(ApiCall, Job.kind, Job.status)
         .join(Job, Job.id == ApiCall.job_id)
-        .where(ApiCall.request_id == request_id, ApiCall.tenant_id == tenant_id)
+        .where(ApiCall.request_id == request_id, ApiCall.tenant_id == tenant_id, Job.deleted_at.is_(None))
         .order_by(ApiCall.id)
     ).all()
     out: list[RequestLookup] = []

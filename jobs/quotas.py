@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import ApiCall, Job, JobStatus, Tenant
+from models import ApiCall, Job, JobStatus, Tenant, UsageDay
 
 LIVE_JOB_STATUSES = tuple(sorted(JobStatus.live()))
 
@@ -78,15 +78,19 @@ class Hold:
 
 
 def spend_since(session: Session, tenant_id: uuid.UUID, since: datetime) -> float:
-    """What the tenant's upstream calls cost since `since`."""
-    return float(
-        session.scalar(
-            select(func.coalesce(func.sum(ApiCall.cost_usd), 0.0)).where(
-                ApiCall.tenant_id == tenant_id, ApiCall.created_at >= since
-            )
+    """What the tenant's upstream calls cost since `since` (the start of a UTC day or month): the live rows,
+    plus the roll-up of purged ones (jobs/purge.py), so deleting a job never gives a budget back."""
+    live = session.scalar(
+        select(func.coalesce(func.sum(ApiCall.cost_usd), 0.0)).where(
+            ApiCall.tenant_id == tenant_id, ApiCall.created_at >= since
         )
-        or 0.0
     )
+    rolled = session.scalar(
+        select(func.coalesce(func.sum(UsageDay.cost_usd), 0.0)).where(
+            UsageDay.tenant_id == tenant_id, UsageDay.day >= since.date()
+        )
+    )
+    return float(live or 0.0) + float(rolled or 0.0)
 
 
 def live_jobs_of(session: Session, tenant_id: uuid.UUID) -> int:

@@ -129,7 +129,8 @@ def ready_items(
 
 def mark_dispatched(session: Session, item_ids: Iterable[int], scope: str) -> set[int]:
     """Mark items as sent in `scope`; returns the ids this call marked (an item already dispatched, or no
-    longer pending, is left alone). Jobs whose first items these are move from queued to in progress."""
+    longer pending, or of a job no longer queued or running — cancelled since the dispatcher read it — is
+    left alone, so nothing of a cancelling job is sent once its cancel has committed)."""
     ids = list(item_ids)
     if not ids:
         return set()
@@ -138,7 +139,12 @@ def mark_dispatched(session: Session, item_ids: Iterable[int], scope: str) -> se
         int(i)
         for (i,) in session.execute(
             update(Item)
-            .where(Item.id.in_(ids), Item.status == "pending", Item.enqueued_at.is_(None))
+            .where(
+                Item.id.in_(ids),
+                Item.status == "pending",
+                Item.enqueued_at.is_(None),
+                select(Job.id).where(Job.id == Item.job_id, Job.status.in_(LIVE)).exists(),
+            )
             .values(enqueued_at=now, scope=scope)
             .returning(Item.id)
         )

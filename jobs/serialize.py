@@ -19,8 +19,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from jobs.progress import RequestCounts, job_counts, jobs_counts
+from jobs.retention import Retention, environment_retention, expires_at
 from jobs.usage import usage_totals, usage_totals_of
-from models import Job, JobStatus
+from models import Job, JobStatus, Tenant
 
 SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
 TIMESTAMP_FIELDS = (
@@ -73,12 +74,22 @@ def jobs_usage(session: Session, jobs: Sequence[Job]) -> dict[uuid.UUID, dict[st
     return out
 
 
-def job_objects(session: Session, jobs: Sequence[Job]) -> list[dict[str, Any]]:
+def job_objects(
+    session: Session, jobs: Sequence[Job], *, retention: Retention | None = None
+) -> list[dict[str, Any]]:
     """The JSON status of many jobs (a list): the same objects as `job_object`, in a fixed number of queries
     whatever the number of jobs (stored figures for ended jobs, grouped queries for live ones)."""
     counts = jobs_counts(session, jobs)
     usage = jobs_usage(session, jobs)
-    return [job_object(session, j, counts=counts[j.id], usage=usage[j.id]) for j in jobs]
+    return [job_object(session, j, counts=counts[j.id], usage=usage[j.id], retention=retention) for j in jobs]
+
+
+def retention_days(session: Session, job: Job, retention: Retention | None = None) -> int:
+    """The number of days the job's tenant keeps ended jobs (its own, bounded by the operator's maximum, or
+    the default). The tenant row is usually in the session already (the caller authenticated as it)."""
+    tenant = session.get(Tenant, job.tenant_id)
+    policy = retention or environment_retention()
+    return policy.days_for(None if tenant is None else tenant.retention_days)
 
 
 def job_object(
@@ -87,9 +98,11 @@ def job_object(
     *,
     counts: RequestCounts | None = None,
     usage: dict[str, Any] | None = None,
+    retention: Retention | None = None,
 ) -> dict[str, Any]:
     """The JSON status of one job (see the `Job` schema in web/openapi.py). `counts` and `usage` when the
-    caller already has them (job_objects)."""
+    caller already has them (job_objects); `retention` is the operator's policy (else the environment's:
+    a webhook is built where no Settings are at hand)."""
     usage = job_usage(session, job) if usage is None else usage
     counts = job_counts(session, job) if counts is None else counts
     out: dict[str, Any] = {
@@ -111,6 +124,9 @@ def job_object(
         "error": job.error,
         # Written when the job is finalized (completed, or cancelled with partial totals); null before.
         "summary": job.summary,
+        # When its results are purged (jobs/retention.py; null while live), and when they were.
+        "expires_at": iso(expires_at(job, retention_days(session, job, retention))),
+        "purged_at": iso(job.purged_at),
         "links": job_links(job),
     }
     if job.simulated:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
+from jobs.bulk_load import build_lock_sql
 from models import JOB_LIVE_STATUSES, Item, Job, JobStatus, utcnow
 
 
@@ -38,15 +39,16 @@ def stale_validating(session: Session, older_than_s: float) -> list[uuid.UUID]:
     sweeper sends `start_job` for each again (its message was lost — a broker outage at submit, a flushed
     Redis, a worker killed mid-build, whose transaction rolled back).
 
-    A build holds its job row locked (jobs/bulk_load.py:build_staged); `SKIP LOCKED` leaves those out, so a
-    build that takes longer than `older_than_s` is not sent twice. Should a second message arrive anyway, it
-    finds the job locked or queued and does nothing."""
+    A build holds its job's advisory lock (jobs/bulk_load.py:build_staged); trying that lock here leaves
+    those jobs out (and holds it only until this transaction ends), so a build that takes longer than
+    `older_than_s` is not sent twice. Should a second message arrive anyway, it finds the job locked or
+    queued and does nothing. On SQLite no build is ever deferred, so there is nothing to pass over."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
-    return list(
-        session.scalars(
-            select(Job.id)
-            .where(Job.status == JobStatus.VALIDATING, Job.created_at < cutoff)
-            .order_by(Job.created_at)
-            .with_for_update(skip_locked=True)
+    stmt = select(Job.id).where(Job.status == JobStatus.VALIDATING, Job.created_at < cutoff)
+    if session.get_bind().dialect.name == "postgresql":
+        candidates = stmt.order_by(Job.created_at).cte("candidates").prefix_with("MATERIALIZED")
+        # Materialized first, so the lock is only tried on the candidates, never on every job row.
+        return list(
+            session.scalars(select(candidates.c.id).where(text(build_lock_sql(f"{candidates.name}.id"))))
         )
-    )
+    return list(session.scalars(stmt.order_by(Job.created_at)))

@@ -56,11 +56,14 @@ class TokenInfo:
 
 
 def get_or_create_tenant(session: Session, name: str) -> Tenant:
-    """The tenant called `name`, created on first use."""
+    """The tenant called `name`, created on first use. A removed tenant's name is not reused: its row stays
+    (its usage roll-up is still its own), so asking for it is an error."""
     name = name.strip()
     if not name:
         raise ValueError("tenant name must not be empty")
     tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is not None and tenant.deleted_at is not None:
+        raise ValueError(f"tenant {name!r} was removed; its name is not reused")
     if tenant is None:
         tenant = Tenant(name=name)
         session.add(tenant)
@@ -149,6 +152,7 @@ class TenantInfo:
     upstream_key_set_at: datetime | None = None
     webhook_url: str | None = None
     webhook_secret_set_at: datetime | None = None  # None: no signing secret yet (made on first use)
+    retention_days: int | None = None  # None: FACTGATE_RETENTION_DAYS
 
 
 class TenantNotFoundError(LookupError):
@@ -177,7 +181,7 @@ def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]
         .where(Job.tenant_id == Tenant.id, Job.status.in_(sorted(JobStatus.live())))
         .scalar_subquery()
     )
-    stmt = select(Tenant, tokens, live).order_by(Tenant.name)
+    stmt = select(Tenant, tokens, live).where(Tenant.deleted_at.is_(None)).order_by(Tenant.name)
     if name is not None:
         stmt = stmt.where(Tenant.name == name)
     return [
@@ -196,6 +200,7 @@ def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]
             t.upstream_key_set_at,
             t.webhook_url,
             t.webhook_secret_set_at,
+            t.retention_days,
         )
         for t, n_tokens, n_live in session.execute(stmt)
     ]
@@ -239,6 +244,8 @@ def set_tenant(
     clear_upstream_key: bool = False,
     keyring: Keyring | None = None,
     webhook_url: str | None = UNSET,
+    retention_days: int | None = UNSET,
+    max_retention_days: int = 365,
 ) -> TenantInfo:
     """Change a tenant's settings (only those given; None clears a limit).
 
@@ -247,11 +254,20 @@ def set_tenant(
     releases held work at the scheduler's next round. An upstream key is stored encrypted with `keyring`
     and never returned; its fingerprint names the rate-limit scope its jobs use from then on. The webhook
     URL is where jobs that name none of their own send their webhook (None removes it); it applies to
-    jobs that end from then on.
+    jobs that end from then on. `retention_days` (None: the operator's default) is how long its ended jobs
+    keep their results, at most `max_retention_days` (FACTGATE_RETENTION_MAX_DAYS); it applies to every
+    ended job from the next purge on, the ones ended before included.
     """
-    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name, Tenant.deleted_at.is_(None)))
     if tenant is None:
         raise TenantNotFoundError(f"no tenant {name!r}")
+    if retention_days is not UNSET:
+        if retention_days is not None and not 1 <= retention_days <= max_retention_days:
+            raise ValueError(
+                f"retention must be from 1 to {max_retention_days} days (FACTGATE_RETENTION_MAX_DAYS), "
+                f"got {retention_days}"
+            )
+        tenant.retention_days = retention_days
     if weight is not None:
         if not (weight > 0 and weight <= MAX_WEIGHT):
             raise ValueError(f"weight must be above 0 and at most {MAX_WEIGHT:g}, got {weight:g}")

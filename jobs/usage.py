@@ -1,4 +1,7 @@
-"""Usage and cost summed from `api_calls` rows (one row per HTTP attempt): a job's, and a tenant's by day."""
+"""Usage and cost summed from `api_calls` rows (one row per HTTP attempt): a job's, and a tenant's by day.
+
+A tenant's figures also add the `usage_days` roll-up of calls the purge removed (jobs/purge.py): a row is
+moved from one to the other in one statement, so the sum of both is the same before and after a purge."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from checks.usage import DayRange
 from jobs.items import NO_USAGE, ItemUsage
-from models import ApiCall
+from models import ApiCall, UsageDay
 
 
 def usage_totals(session: Session, job_id: uuid.UUID) -> dict[str, Any]:
@@ -209,9 +212,23 @@ def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> Tena
         .where(ApiCall.tenant_id == tenant_id, ApiCall.created_at >= start, ApiCall.created_at < end)
         .group_by(day, ApiCall.endpoint, ApiCall.model)
     ).all()
+    # What the purge moved out of `api_calls` (jobs/purge.py): each purged row is in exactly one of the two.
+    rolled = session.execute(
+        select(
+            UsageDay.day,
+            UsageDay.endpoint,
+            UsageDay.model,
+            UsageDay.requests,
+            UsageDay.searches,
+            UsageDay.input_tokens,
+            UsageDay.output_tokens,
+            UsageDay.cost_usd,
+        ).where(UsageDay.tenant_id == tenant_id, UsageDay.day >= days.start, UsageDay.day <= days.end)
+    ).all()
     per_day: dict[date, UsageBreakdown] = {d: UsageBreakdown() for d in days.dates()}
     total = UsageBreakdown()
-    for raw_day, endpoint, model, calls, searches, tokens_in, tokens_out, cost in rows:
+    for raw_day, endpoint, raw_model, calls, searches, tokens_in, tokens_out, cost in [*rows, *rolled]:
+        model = raw_model or None  # the roll-up keeps "" for calls that recorded no model
         when = raw_day if isinstance(raw_day, date) else date.fromisoformat(str(raw_day))
         figures = UsageFigures(int(calls), int(searches), int(tokens_in), int(tokens_out), float(cost))
         per_day[when] = per_day.get(when, UsageBreakdown()).add(endpoint, model, figures)

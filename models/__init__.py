@@ -16,6 +16,7 @@ from models.jobs import (
     ApiCall,
     Item,
     Job,
+    UsageDay,
     intake_rows,
 )
 from models.sessions import SESSION_END_REASONS, WebSession
@@ -40,6 +41,7 @@ __all__ = [
     "JobStatus",
     "Stage",
     "Tenant",
+    "UsageDay",
     "WebSession",
     "WebhookAttempt",
     "WebhookDelivery",

@@ -7,13 +7,15 @@ here, so a job can always be finished from this data alone.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Computed,
+    Date,
     Float,
     ForeignKey,
     Index,
@@ -35,6 +37,8 @@ JOB_STATUSES = tuple(JobStatus)
 JOB_LIVE_STATUSES = tuple(s for s in JobStatus if s in JobStatus.live())
 ITEM_STATUSES = tuple(ItemStatus)
 ITEM_TERMINAL_STATUSES = tuple(s for s in ItemStatus if s in ItemStatus.terminal())
+# The purge's partial index (migration 0010): jobs deleted, or purged and waiting for their row to go.
+PURGE_PENDING_SQL = "deleted_at IS NOT NULL OR purged_at IS NOT NULL"
 # Conditions of the scheduler's partial indexes (also in migration 0003).
 READY_SQL = "status = 'pending' AND enqueued_at IS NULL AND duplicate_of IS NULL"
 IN_FLIGHT_SQL = "enqueued_at IS NOT NULL AND status IN ('pending', 'running')"
@@ -65,6 +69,14 @@ class Job(Base):
         UniqueConstraint("tenant_id", "idempotency_key"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
         Index("ix_jobs_status", "status"),
+        # The purge's queue: jobs deleted or past their retention whose rows are not all gone yet. Partial,
+        # so it holds only those few (migration 0010).
+        Index(
+            "ix_jobs_purge",
+            "id",
+            postgresql_where=text(PURGE_PENDING_SQL),
+            sqlite_where=text(PURGE_PENDING_SQL),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -100,6 +112,34 @@ class Job(Base):
     cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # Deleted by its tenant (DELETE /v1/jobs/{id}): from then on every read treats it as gone, and the purge
+    # removes its rows in batches, the job row last (jobs/purge.py).
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # Past its retention: items, outputs, staged rows and per-attempt rows were purged then (its usage rolled
+    # up first); the job row and its summary stay for one more retention period.
+    purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class UsageDay(Base):
+    """A tenant's upstream usage of one UTC day, endpoint and model, rolled up from the `api_calls` rows the
+    purge removed (jobs/purge.py): the usage reader adds these to the live rows (jobs/usage.py), so
+    `/v1/usage`, the Usage page and the budgets say the same before and after a purge. Each purged row is
+    added here in the statement that deletes it, so it is counted exactly once."""
+
+    __tablename__ = "usage_days"
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    endpoint: Mapped[str] = mapped_column(String(16), primary_key=True)
+    # "" for calls that recorded no model (a primary key column cannot be null).
+    model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    searches: Mapped[int] = mapped_column(BigInteger, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class Item(Base):

@@ -36,6 +36,12 @@ class Tenant(Base):
     # by `factgate tenants webhook-secret`, created on first use.
     webhook_secret_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
     webhook_secret_set_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # How many days an ended job's results are kept (None: FACTGATE_RETENTION_DAYS), at most the operator's
+    # FACTGATE_RETENTION_MAX_DAYS whatever is stored here.
+    retention_days: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Removed (`factgate tenants delete`): no token or session of it works, its jobs are purged; the row
+    # stays, so its name is not reused and its usage roll-up (billing) keeps its owner.
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -19,13 +19,17 @@ from checks.usage import DayRange, RangeError, parse_day_range
 from jobs.claims import claims_summary
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.intake import same_submission
+from jobs.purge import delete_job
 from jobs.queries import get_job, list_jobs, lookup_request, result_cursor, unsuccessful_items_page
 from jobs.quotas import QuotaExceeded
 from jobs.usage import tenant_usage
 from models import JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant, token_still_live
+from web.enqueue import enqueue_cancel, enqueue_purge
 from web.errors import (
     IDEMPOTENCY_CONFLICT,
+    JOB_LIVE,
+    JOB_PURGED,
     QUOTA_EXCEEDED,
     UNSUPPORTED_MEDIA,
     ApiError,
@@ -68,6 +72,20 @@ def _job_or_404(job_id: str) -> Job:
     job = get_job(db_session(), current_tenant().id, job_id)
     if job is None:
         raise not_found(JOB_NOT_FOUND)
+    return job
+
+
+def _items_or_410(job: Job) -> Job:
+    """A job whose items still exist; one past its retention keeps its row and summary, not its items, so
+    its exports and replays are 410 rather than an empty, complete-looking stream."""
+    if job.purged_at is not None:
+        raise ApiError(
+            410,
+            JOB_PURGED,
+            f"this job's items were purged on {job.purged_at.date().isoformat()} under its retention; the "
+            "job object keeps its counts, usage and summary",
+            job_id=str(job.id),
+        )
     return job
 
 
@@ -245,7 +263,7 @@ def job_results(job_id: str) -> Response:
     _reject_unknown_params(("format", "after"))
     fmt = _choice_param("format", ("ndjson", "csv")) or "ndjson"
     after = request.args.get("after")
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     iterator = RESULT_ITERATORS.get(job.kind)  # every registered kind has one (tests/unit/test_recipes.py)
     if iterator is None:  # a row written by a version with a kind this one lacks
         raise conflict(f"{job.kind} is not a job kind this version knows")
@@ -276,7 +294,7 @@ def job_results(job_id: str) -> Response:
 def job_errors(job_id: str) -> Response:
     """Failed and skipped items as NDJSON, with their errors and upstream request ids (trailer last)."""
     _reject_unknown_params(())
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     lines = stream_job(
         resources().sessions, job.id, unsuccessful_items_page, ndjson_lines, allowed=token_still_live()
     )
@@ -304,7 +322,7 @@ def job_scorecard(job_id: str) -> Response:
     _reject_unknown_params(("supported_min", "contradicted_max"))
     supported_min = _cutoff_param("supported_min")
     contradicted_max = _cutoff_param("contradicted_max")
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     if job.kind != "claims":
         raise conflict(f"a scorecard exists for claims jobs only; this job is {job.kind}")
     try:
@@ -325,7 +343,8 @@ def job_scorecard(job_id: str) -> Response:
 
 @api.post("/jobs/<job_id>/cancel", endpoint="cancel_job")
 def cancel_job_view(job_id: str) -> Response:
-    """Stop a live job: pending items are skipped, running ones finish, then it is cancelled."""
+    """Stop a live job: it is `cancelling` at once (one small UPDATE, whatever its size); its pending items
+    are skipped in the background in batches, running ones finish, then it is cancelled."""
     session = db_session()
     job = _job_or_404(job_id)
     if job.status == "cancelling":
@@ -335,14 +354,31 @@ def cancel_job_view(job_id: str) -> Response:
         session.refresh(job)
         raise conflict(f"job is {job.status}; only a validating, queued or running job can be cancelled")
     session.commit()
+    enqueue_cancel(job)
     return _json(status_object(session, job))
+
+
+@api.delete("/jobs/<job_id>", endpoint="delete_job")
+def delete_job_view(job_id: str) -> Response:
+    """Delete an ended job (204): gone from every read at once, its rows purged in the background in batches
+    (its usage rolled up first, so /v1/usage is unchanged). A live job is a 409 `job_live`: cancel it."""
+    session = db_session()
+    job = _job_or_404(job_id)
+    try:
+        delete_job(session, job)
+    except JobStateError as exc:
+        session.rollback()
+        raise ApiError(409, JOB_LIVE, str(exc), job_id=str(job.id)) from None
+    session.commit()
+    enqueue_purge()
+    return Response(status=204)
 
 
 @api.post("/jobs/<job_id>/retry")
 def retry_job(job_id: str) -> Response:
     """Send an ended job's failed items again (202); 200 with `retried: 0` when none failed."""
     session = db_session()
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     try:
         retried = retry_failed(session, job)
     except JobStateError as exc:

@@ -40,6 +40,10 @@ UNAVAILABLE = "service_unavailable_error"
 QUOTA_EXCEEDED = "quota_exceeded"
 URI_TOO_LONG = "uri_too_long_error"
 HEADERS_TOO_LARGE = "header_fields_too_large_error"
+# DELETE of a job that has not ended (the message says to cancel it first).
+JOB_LIVE = "job_live"
+# The results of a job past its retention: the job row and summary remain, its items do not.
+JOB_PURGED = "job_purged"
 
 ERROR_TYPES = (
     INVALID_REQUEST,
@@ -55,6 +59,8 @@ ERROR_TYPES = (
     QUOTA_EXCEEDED,
     URI_TOO_LONG,
     HEADERS_TOO_LARGE,
+    JOB_LIVE,
+    JOB_PURGED,
 )
 
 # Seconds a client is told to wait (`Retry-After`) when a dependency is unreachable: a Postgres restart

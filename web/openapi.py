@@ -56,6 +56,10 @@ RETRY_AFTER_HEADER = {
     "description": f"seconds to wait before trying again ({RETRY_AFTER_S} while a dependency is unreachable)",
     "schema": {"type": "integer"},
 }
+JOB_PURGED = _error(
+    "`job_purged`: the job is past its retention; its items are gone, its job object (counts, usage, "
+    "summary) remains."
+)
 JOB_NOT_FOUND = _error("No such job for this tenant (another tenant's job and a malformed id look the same).")
 
 JOB_ID = {
@@ -261,6 +265,22 @@ SCHEMAS: dict[str, Any] = {
                 "the flips between modes and the calibration bins; "
                 "answer/quote: question outcomes and totals (sentences, investigations, replacements, "
                 "requests, tokens / quotes and no-answers).",
+            },
+            "expires_at": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "When the job's results are purged under its tenant's retention "
+                "(FACTGATE_RETENTION_DAYS after it ended, or the tenant's own days); null while it is live. "
+                "Purged then: its items, their inputs and outputs (results, passages, reports), its errors "
+                "and its per-attempt call records (request-id lookups). Kept: this job object with its "
+                "counts, usage and summary, for as many days again, and the tenant's usage roll-up "
+                "(`/v1/usage`) for good.",
+            },
+            "purged_at": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "When its results were purged (then results, errors and scorecard are 410 "
+                "`job_purged`); null before.",
             },
             "links": {
                 "type": "object",
@@ -603,7 +623,23 @@ PATHS: dict[str, Any] = {
             "summary": "Job status: progress, usage and cost, timestamps, summary, links",
             "parameters": [JOB_ID],
             "responses": {"200": _job("The job."), "401": UNAUTHORIZED, "404": JOB_NOT_FOUND},
-        }
+        },
+        "delete": {
+            "operationId": "deleteJob",
+            "summary": "Delete an ended job",
+            "description": "The job is gone at once: lists leave it out and its results, errors, scorecard, "
+            "report and request-id lookups are 404. Its rows are then purged in the background in bounded "
+            "batches. What it cost stays in `/v1/usage` and the budgets (rolled up per day, endpoint and "
+            "model before the per-attempt rows go). A live job is refused: cancel it, then delete it once "
+            "it has ended.",
+            "parameters": [JOB_ID],
+            "responses": {
+                "204": {"description": "Deleted."},
+                "401": UNAUTHORIZED,
+                "404": JOB_NOT_FOUND,
+                "409": _error("`job_live`: the job has not ended; cancel it first."),
+            },
+        },
     },
     "/v1/jobs/{job_id}/results": {
         "get": {
@@ -650,6 +686,7 @@ PATHS: dict[str, Any] = {
                 ),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
+                "410": JOB_PURGED,
                 "409": _error("The job's kind is not one this version knows (stored by another version)."),
             },
         }
@@ -668,6 +705,7 @@ PATHS: dict[str, Any] = {
                 },
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
+                "410": JOB_PURGED,
             },
         }
     },
@@ -685,6 +723,7 @@ PATHS: dict[str, Any] = {
                 "400": _error("A cutoff is not a number, out of range, or not ordered (named in `field`)."),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
+                "410": JOB_PURGED,
                 "409": _error("Not a claims job."),
             },
         }
@@ -693,8 +732,11 @@ PATHS: dict[str, Any] = {
         "post": {
             "operationId": "cancelJob",
             "summary": "Cancel a live job",
-            "description": "Pending items are skipped at once; running items finish; the job then ends "
-            "`cancelled`. Cancelling a job that is already `cancelling` returns it unchanged.",
+            "description": "Answers at once whatever the job's size or state: the job is `cancelling` and "
+            "nothing more of it is sent upstream. Pending items are skipped (in this answer for a job of "
+            "up to 1,000 items, else in the background 10,000 at a time; a `validating` job never gets its "
+            "items); running items finish; the job then ends `cancelled`. Cancelling a job that is already "
+            "`cancelling` returns it unchanged.",
             "parameters": [JOB_ID],
             "responses": {
                 "200": _job("The job, now cancelling."),
@@ -716,6 +758,7 @@ PATHS: dict[str, Any] = {
                 "200": _job("Nothing failed: nothing to retry (`retried` is 0)."),
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
+                "410": JOB_PURGED,
                 "409": _error("The job is still live; only an ended job can be retried."),
             },
         }

@@ -38,12 +38,15 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
+from jobs.purge import delete_job
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
+from jobs.retention import Retention
 from jobs.sessions import LiveSession, live_token, page_session_is_live
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
 from models import JOB_STATUSES, Job
 from web import page_session
 from web.auth import current_tenant
+from web.enqueue import enqueue_cancel, enqueue_purge
 from web.errors import outage_error, render
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
@@ -169,6 +172,13 @@ def _job_or_404(job_id: str) -> Job:
     return job
 
 
+def _items_or_410(job: Job) -> Job:
+    """A job whose items exist: downloads of a job past its retention are 410, not an empty file."""
+    if job.purged_at is not None:
+        abort(410, description="This job's items were purged under its retention; its summary remains.")
+    return job
+
+
 @pages.get("/")
 def index() -> BaseResponse:
     return redirect(url_for("pages.jobs"))
@@ -199,7 +209,9 @@ def job_page(job_id: str) -> tuple[str, int]:
     job = _job_or_404(job_id)
     sess = db_session()
     view = job_view(sess, job)
-    report = report_context(sess, job, request.args, interactive=True) if view.ended else None
+    # A job past its retention keeps its row and summary, not the items its report reads.
+    has_items = view.ended and view.purged_at is None
+    report = report_context(sess, job, request.args, interactive=True) if has_items else None
     status = 400 if report is not None and report.get("input_error") else 200
     webhooks = deliveries_of(sess, current_tenant().id, job.id)
     target = webhook_target(sess, job)
@@ -232,11 +244,36 @@ def job_cancel(job_id: str) -> BaseResponse:
         flash("The job is already being cancelled.", "info")
     elif cancel_job(sess, job):
         sess.commit()
+        enqueue_cancel(job)
         flash("Cancelling: pending items are skipped, running ones finish first.", "info")
     else:
         sess.rollback()
         flash(f"The job is {job.status}; only a validating, queued or running job can be cancelled.", "error")
     return redirect(url_for("pages.job_page", job_id=str(job.id)))
+
+
+@pages.get("/jobs/<job_id>/delete")
+def job_delete_confirm(job_id: str) -> str:
+    """The confirmation step: what a delete removes and what it keeps, and the one button that does it."""
+    job = _job_or_404(job_id)
+    return render_template("job_delete.html", view=job_view(db_session(), job))
+
+
+@pages.post("/jobs/<job_id>/delete")
+def job_delete(job_id: str) -> BaseResponse:
+    """Delete an ended job (the confirmation page's form, CSRF-checked by _guard like every POST)."""
+    sess = db_session()
+    job = _job_or_404(job_id)
+    try:
+        delete_job(sess, job)
+    except JobStateError as exc:
+        sess.rollback()
+        flash(f"{exc}.", "error")
+        return redirect(url_for("pages.job_page", job_id=str(job.id)))
+    sess.commit()
+    enqueue_purge()
+    flash(f"Job {str(job.id)[:8]} was deleted; its usage stays on the Usage page.", "info")
+    return redirect(url_for("pages.jobs"))
 
 
 @pages.post("/jobs/<job_id>/retry")
@@ -303,7 +340,7 @@ def _download(job: Job, body: Iterator[str], mimetype: str, filename: str) -> Re
 
 @pages.get("/jobs/<job_id>/results.ndjson")
 def results_ndjson(job_id: str) -> Response:
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     iterator = RESULT_ITERATORS.get(job.kind)
     if iterator is None:
         abort(404, description=f"{job.kind} is not a job kind this version knows.")
@@ -313,7 +350,7 @@ def results_ndjson(job_id: str) -> Response:
 
 @pages.get("/jobs/<job_id>/results.csv")
 def results_csv(job_id: str) -> Response:
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     iterator = RESULT_ITERATORS.get(job.kind)
     render = CSV_RENDERERS.get(job.kind)
     if iterator is None or render is None:
@@ -336,12 +373,13 @@ def report_file(job_id: str) -> Response:
 
     Streamed with its own session (a claims report holds every claim), like the results exports.
     """
-    job = _job_or_404(job_id)
+    job = _items_or_410(_job_or_404(job_id))
     css = report_stylesheet()
     jid = job.id
     sessions = resources().sessions
     template = current_app.jinja_env.get_template("report_file.html")
     csp = report_csp(css)
+    retention = Retention.of(settings())
 
     def generate() -> Iterator[str]:
         # No app context here: the report templates use no url_for, request or session.
@@ -349,7 +387,7 @@ def report_file(job_id: str) -> Response:
             stream_job_row = stream_session.get(Job, jid)
             if stream_job_row is None:
                 return
-            view = job_view(stream_session, stream_job_row)
+            view = job_view(stream_session, stream_job_row, retention=retention)
             report = report_context(stream_session, stream_job_row, {}, interactive=False)
             yield from template.generate(
                 view=view,

@@ -16,9 +16,12 @@ from sqlalchemy.orm import Session
 
 from checks.recipes import RECIPES
 from jobs.progress import RequestCounts, job_counts, jobs_counts
+from jobs.retention import Retention, expires_at
+from jobs.serialize import retention_days
 from models import Job, JobStatus, utcnow
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS
 from web.pages_format import duration, usd
+from web.session import settings
 from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage, jobs_usage
 
 # The page polls a job until it ends (`validating` included: its items are still being built).
@@ -52,6 +55,9 @@ class JobView:
     ended: bool
     can_cancel: bool
     can_retry: bool
+    can_delete: bool  # an ended job (a live one is cancelled first)
+    expires_at: datetime | None  # when its results are purged under its tenant's retention
+    purged_at: datetime | None  # when they were: the row and summary remain, the items do not
     has_results: bool
     has_csv: bool
     simulated: bool
@@ -111,8 +117,11 @@ def job_view(
     *,
     counts: RequestCounts | None = None,
     usage: dict[str, Any] | None = None,
+    retention: Retention | None = None,
 ) -> JobView:
+    """`retention` for a caller outside the app context (a streamed report file), else the app's."""
     counts = job_counts(session, job) if counts is None else counts
+    policy = retention or Retention.of(settings())
     ended = job.status in ENDED_STATUSES
     usage = job_usage(session, job) if usage is None else usage
     started = job.started_at or job.queued_at or job.created_at
@@ -137,9 +146,12 @@ def job_view(
         live=job.status in LIVE_STATUSES,
         ended=ended,
         can_cancel=job.status in CANCELLABLE,
-        can_retry=ended and counts.failed > 0,
-        has_results=job.kind in RESULT_ITERATORS,
-        has_csv=job.kind in RESULT_ITERATORS and job.kind in CSV_RENDERERS,
+        can_retry=ended and counts.failed > 0 and job.purged_at is None,
+        can_delete=ended,
+        expires_at=expires_at(job, retention_days(session, job, policy)),
+        purged_at=job.purged_at,
+        has_results=job.kind in RESULT_ITERATORS and job.purged_at is None,
+        has_csv=job.kind in RESULT_ITERATORS and job.kind in CSV_RENDERERS and job.purged_at is None,
         simulated=bool(job.simulated),
         simulated_note=SIMULATED_NOTE,
         warnings=[str(w) for w in (job.warnings or [])],

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from jobs.retention import Retention
 from jobs.serialize import (
     ENDED_STATUSES,
     LIVE_STATUSES,
@@ -24,6 +25,7 @@ from jobs.serialize import (
     jobs_usage,
 )
 from models import Job
+from web.session import settings
 
 __all__ = [
     "ENDED_STATUSES",
@@ -41,9 +43,9 @@ __all__ = [
 
 def status_object(session: Session, job: Job) -> dict[str, Any]:
     """The JSON status of one job (see the `Job` schema in web/openapi.py)."""
-    return job_object(session, job)
+    return job_object(session, job, retention=Retention.of(settings()))
 
 
 def status_objects(session: Session, jobs: Sequence[Job]) -> list[dict[str, Any]]:
     """The JSON status of many jobs (GET /v1/jobs), in a fixed number of queries."""
-    return job_objects(session, jobs)
+    return job_objects(session, jobs, retention=Retention.of(settings()))

@@ -20,12 +20,24 @@ from config import Settings
 
 START_JOB = "factgate.start_job"
 DELIVER_WEBHOOKS = "factgate.deliver_webhooks"
+FINISH_CANCEL = "factgate.finish_cancel"
+PURGE = "factgate.purge"
 DEFAULT_QUEUE = "celery"  # Celery's default queue name, which the web process also sends to
 
 
 def enqueue_start(app: Celery, job_id: uuid.UUID | str) -> None:
     """Ask the workers to start a committed job (call only after the job's transaction commits)."""
     app.send_task(START_JOB, args=[str(job_id)])
+
+
+def enqueue_finish_cancel(app: Celery, job_id: uuid.UUID | str) -> None:
+    """Ask the workers to skip a just-cancelled job's pending items in batches and end it (after commit)."""
+    app.send_task(FINISH_CANCEL, args=[str(job_id)])
+
+
+def enqueue_purge_jobs(app: Celery) -> None:
+    """Ask the workers to purge deleted and expired jobs now (after a commit that deleted some)."""
+    app.send_task(PURGE)
 
 
 def enqueue_webhooks(app: Celery) -> None:
@@ -78,6 +90,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_chord_retry_interval": 0.2,
         "beat_schedule": {
             "sweep": {"task": "factgate.sweep", "schedule": settings.sweep_interval_s},
+            "purge": {"task": PURGE, "schedule": settings.purge_interval_s},
         },
     }
     if settings.embedded or not settings.redis_url:

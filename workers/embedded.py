@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from types import TracebackType
 from typing import Any
 
@@ -29,12 +30,14 @@ from config import Settings
 from jobs.scheduling import forget_stale_dispatches
 from jobs.sweeper import live_job_ids
 from models import session_scope
+from workers.api import PURGE
 from workers.app import make_celery
 from workers.context import get_context, reset_contexts
 
 log = logging.getLogger("factgate.workers")
 
 SWEEP_TASK = "factgate.sweep"
+
 QUEUE = "celery"
 # Celery's built-in no-op: sent at shutdown only to wake a consumer blocked polling an empty queue.
 WAKE_TASK = "celery.accumulate"
@@ -151,9 +154,17 @@ class EmbeddedWorker:
         self.app.send_task(SWEEP_TASK)
 
     def _sweep_loop(self) -> None:
+        """Sweeps every `sweep_interval_s`, and a purge (deleted and expired jobs) at the first tick and then
+        every FACTGATE_PURGE_INTERVAL_S, as beat schedules both in server mode."""
+        purge_every = get_context(self.app).settings.purge_interval_s
+        purged_at: float | None = None
         while not self._stop.wait(self.sweep_interval_s):
             try:
                 self.sweep_now()
+                now = time.monotonic()
+                if purged_at is None or now - purged_at >= purge_every:
+                    self.app.send_task(PURGE)
+                    purged_at = now
             except Exception:  # a failed enqueue is retried on the next tick
                 log.warning("embedded sweeper could not enqueue a sweep", exc_info=True)
 

@@ -32,6 +32,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from checks.recipes import RECIPES
 from config.logging import bind
 from jobs.bulk_load import Built, build_staged
+from jobs.control import cancel_step, cancelling_with_pending
 from jobs.finalize import maybe_finalize
 from jobs.items import (
     Exhausted,
@@ -46,7 +47,9 @@ from jobs.items import (
     try_claim,
 )
 from jobs.keyring import KeyringError
+from jobs.purge import purge_queue, purge_step
 from jobs.records import ClaimedItem
+from jobs.retention import Retention
 from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.stages import Step, advance_question, stalled_questions
 from jobs.sweeper import expire_leases, live_job_ids, stale_validating
@@ -176,8 +179,8 @@ def start_job(self: Task[Any, Any], job_id: str) -> None:
     item already settled, or cancelled before its items were built) is finalized here.
 
     An unreachable database is retried with backoff (`retry_or_give_up`): every step is idempotent (a build
-    happens once, under the job's row lock; started and finalized are conditional updates). After the last
-    try nothing is lost: the sweep sends `start_job` again for a job still `validating`, the dispatcher
+    happens once, under the job's advisory lock; started and finalized are conditional updates). After the
+    last try nothing is lost: the sweep sends `start_job` again for a job still `validating`, the dispatcher
     sends a queued job's items, and the sweep finalizes."""
     jid = uuid.UUID(job_id)
     try:
@@ -186,6 +189,9 @@ def start_job(self: Task[Any, Any], job_id: str) -> None:
             built = build_staged(session, jid)
         if built is Built.BUILT:
             log.info("job %s: items built from its staged rows", jid)
+        elif built is Built.CANCELLED:
+            _finish_cancel(ctx, jid)
+            return
         with session_scope(ctx.sessions) as session:
             mark_started(session, [jid])
         # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
@@ -193,6 +199,72 @@ def start_job(self: Task[Any, Any], job_id: str) -> None:
         _finalize(ctx, jid)
     except Exception as exc:
         retry_or_give_up(self, exc, f"start_job {jid}", "the sweep starts or finalizes the job")
+
+
+def _finish_cancel(ctx: WorkerContext, job_id: uuid.UUID) -> int:
+    """Skip a cancelling job's pending items (and delete the staged rows of one cancelled while
+    validating) in bounded batches, each its own transaction, then build the reports of its questions and
+    finalize it. Returns the rows handled. Stops early while a build holds the job: that build rolls back
+    and calls this itself."""
+    handled = 0
+    while True:
+        with session_scope(ctx.sessions) as session:
+            step = cancel_step(session, job_id)
+        if not step:
+            break
+        handled += step
+    if step is None:
+        return handled
+    advance_stalled(ctx, job_id)
+    _finalize(ctx, job_id)
+    if handled:
+        log.info("job %s: cancel finished, %d rows skipped or deleted in batches", job_id, handled)
+    return handled
+
+
+@shared_task(name="factgate.finish_cancel", ignore_result=True)
+def finish_cancel(job_id: str) -> None:
+    """A job was cancelled (the request only marked it `cancelling`): skip its pending items in batches of
+    jobs/control.py:SKIP_BATCH and end it. Several at once share the work (`SKIP LOCKED`); the sweeper sends
+    it again for a cancelling job that still has pending items (a lost message)."""
+    _finish_cancel(_ctx(), uuid.UUID(job_id))
+
+
+def purge_job(ctx: WorkerContext, job_id: uuid.UUID) -> int:
+    """Purge one deleted or expired job in batches of jobs/purge.py:PURGE_BATCH rows, each its own short
+    transaction; returns the rows removed."""
+    removed = 0
+    while True:
+        with session_scope(ctx.sessions) as session:
+            step = purge_step(session, job_id)
+        if not step:
+            return removed
+        removed += step
+
+
+@shared_task(name="factgate.purge", ignore_result=True)
+def purge() -> dict[str, int]:
+    """Beat task (every FACTGATE_PURGE_INTERVAL_S), and sent after a delete: remove deleted jobs and purge
+    those past their tenant's retention, one job at a time, in bounded batches. Two at once share the rows
+    (`SKIP LOCKED`) and count each once (the roll-up moves a row in the statement that deletes it)."""
+    try:
+        ctx = _ctx()
+        with session_scope(ctx.sessions) as session:
+            queue = purge_queue(session, Retention.of(ctx.settings))
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):
+            raise
+        log.warning("purge: %s; the next purge tries again", _fault_line(exc))
+        return {}
+    removed = 0
+    for jid in [*queue.remove, *queue.expire]:
+        try:
+            removed += purge_job(ctx, jid)
+        except SQLAlchemyError:
+            log.exception("purging job %s failed; the next purge goes on from where it stopped", jid)
+    if len(queue):
+        log.info("purge: %d jobs, %d rows removed", len(queue), removed)
+    return {"removed_jobs": len(queue.remove), "expired_jobs": len(queue.expire), "rows": removed}
 
 
 @shared_task(name="factgate.after_window", ignore_result=True, bind=True)
@@ -406,6 +478,7 @@ def _sweep(ctx: WorkerContext) -> dict[str, int]:
         expired = expire_leases(session)
         forgotten = forget_stale_dispatches(session, ctx.settings.dispatch_stale_s)
         restart = stale_validating(session, ctx.settings.dispatch_stale_s)
+        cancels = cancelling_with_pending(session)
         jobs = live_job_ids(session)
     for jid in restart:  # after commit (the SKIP LOCKED rows were only held for the query)
         log.warning("job %s is still validating: start_job sent again", jid)
@@ -413,6 +486,11 @@ def _sweep(ctx: WorkerContext) -> dict[str, int]:
             start_job.delay(str(jid))
         except Exception:
             log.exception("could not send start_job for job %s; the next sweep tries again", jid)
+    for jid in cancels:  # usually the view's own message is already at work; batches are shared
+        try:
+            finish_cancel.delay(str(jid))
+        except Exception:
+            log.exception("could not send finish_cancel for job %s; the next sweep tries again", jid)
     finalized = 0
     for jid in jobs:
         if _finalize(ctx, jid):
@@ -427,5 +505,6 @@ def _sweep(ctx: WorkerContext) -> dict[str, int]:
         "finalized": finalized,
         "live": len(jobs),
         "restarted": len(restart),
+        "cancels": len(cancels),
         "webhooks_due": int(webhooks),
     }

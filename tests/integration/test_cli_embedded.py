@@ -144,6 +144,15 @@ def test_status_results_and_cancel_read_the_local_jobs(
     missing = cli("status", "00000000-0000-0000-0000-000000000000", env=env)
     assert missing.returncode == 2 and missing.stderr.startswith("error: no such job")
 
+    # Deleting an ended local job: gone at once (its rows purged on SQLite by the next purge).
+    deleted = cli("jobs", "delete", job_id, env=env)
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.strip() == f"job {job_id} deleted; its rows are purged in the background"
+    gone = cli("status", job_id, env=env)
+    assert gone.returncode == 2 and gone.stderr.startswith("error: no such job")
+    again = cli("jobs", "delete", job_id, env=env)
+    assert again.returncode == 2 and again.stderr.startswith("error: no such job")
+
 
 def test_cancel_stops_a_running_local_job(env: dict[str, str], six_claims: Path) -> None:
     # A slow check (0.5 requests/s) is cancelled from a second process through the local API.

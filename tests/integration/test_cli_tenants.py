@@ -144,3 +144,80 @@ def test_server_mode_without_encryption_keys_refuses_to_store_a_key(
     assert (
         result.exit_code == 2 and "FACTGATE_ENCRYPTION_KEYS" in result.output and SECRET not in result.output
     )
+
+
+def test_retention_days_are_set_bounded_by_the_operator_and_shown(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "retention           the default" in runner.invoke(main, ["tenants", "show", "acme"]).output
+    changed = runner.invoke(main, ["tenants", "set", "acme", "--retention-days", "7"])
+    assert changed.exit_code == 0, changed.output
+    assert "retention           7 days" in runner.invoke(main, ["tenants", "show", "acme"]).output
+    monkeypatch.setenv("FACTGATE_RETENTION_MAX_DAYS", "5")
+    monkeypatch.setenv("FACTGATE_RETENTION_DAYS", "5")
+    refused = runner.invoke(main, ["tenants", "set", "acme", "--retention-days", "6"])
+    assert refused.exit_code == 2 and "from 1 to 5 days" in refused.output
+    assert runner.invoke(main, ["tenants", "set", "acme", "--retention-days", "none"]).exit_code == 0
+    assert "retention           the default" in runner.invoke(main, ["tenants", "show", "acme"]).output
+
+
+def test_a_deleted_tenant_loses_its_tokens_and_jobs_and_the_other_keeps_everything(
+    runner: CliRunner, instance: Path
+) -> None:
+    from jobs.tenancy import authenticate, create_token
+    from models import ApiToken, Job, session_scope
+
+    engine = make_engine(Settings(instance_path=instance).effective_database_url())
+    sessions = make_session_factory(engine)
+    try:
+        with session_scope(sessions) as s:
+            acme_token = create_token(s, "acme").token
+            globex_token = create_token(s, "globex").token
+            for name in ("acme", "globex"):
+                tenant = s.scalar(select(Tenant).where(Tenant.name == name))
+                assert tenant is not None
+                s.add(
+                    Job(
+                        tenant_id=tenant.id, kind="claims", status="completed", completed_at=tenant.created_at
+                    )
+                )
+                s.add(Job(tenant_id=tenant.id, kind="claims", status="queued"))
+        asked = runner.invoke(main, ["tenants", "delete", "acme"], input="n\n")
+        assert asked.exit_code == 130  # declined: nothing removed
+        done = runner.invoke(main, ["tenants", "delete", "acme", "--yes"])
+        assert done.exit_code == 0, done.output
+        assert (
+            "tenant acme removed: 2 tokens revoked, 0 sessions ended, 1 live jobs cancelled, 1 jobs deleted"
+            in (done.output)
+        )
+        with sessions() as s:
+            assert authenticate(s, acme_token) is None
+            globex = authenticate(s, globex_token)
+            assert globex is not None and globex.name == "globex"
+            acme = _stored(instance, "acme")
+            assert acme.deleted_at is not None
+            states = {
+                (t == acme.id, st, d is not None)
+                for t, st, d in s.execute(select(Job.tenant_id, Job.status, Job.deleted_at))
+            }
+            assert states == {
+                (True, "completed", True),
+                (True, "cancelling", False),  # deleted once it has ended (jobs/purge.py:purge_queue)
+                (False, "completed", False),
+                (False, "queued", False),
+            }
+            assert (
+                s.scalar(
+                    select(ApiToken.id).where(
+                        ApiToken.revoked_at.is_not(None), ApiToken.tenant_id == globex.id
+                    )
+                )
+                is None
+            )
+        listed = runner.invoke(main, ["tenants", "list"]).output
+        assert "acme" not in listed and "globex" in listed
+        reuse = runner.invoke(main, ["tokens", "create", "acme"])
+        assert reuse.exit_code != 0 and "was removed" in reuse.output
+        assert runner.invoke(main, ["tenants", "delete", "acme", "--yes"]).exit_code == 2
+    finally:
+        engine.dispose()

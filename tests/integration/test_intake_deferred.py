@@ -22,10 +22,11 @@ import pytest
 from celery import Celery
 from sqlalchemy import func, select, text
 
-from jobs.bulk_load import Built, build_staged
+from jobs.bulk_load import Built, build_staged, try_build_lock
+from jobs.control import cancel_step
 from jobs.finalize import maybe_finalize
 from jobs.sweeper import stale_validating
-from models import Job, WebhookDelivery, intake_rows, session_scope
+from models import WebhookDelivery, intake_rows, session_scope
 from tests.integration.item_rows import item_rows
 from tests.integration.test_api_intake import Unchanged, error_of
 from tests.integration.test_pages import html, sign_in
@@ -196,8 +197,9 @@ def test_exports_of_a_validating_job_are_empty_and_complete(deferring: WebEnv, c
 def test_a_job_cancelled_while_validating_ends_cancelled_with_its_webhook(
     deferring: WebEnv, caller: Caller, build_runs: bool
 ) -> None:
-    """No items are ever built for it; its staged rows are deleted by the build that finds it cancelled, or
-    by finalize if that build never comes; it ends `cancelled` and its webhook is in the outbox."""
+    """No items are ever built for it; its staged rows are deleted by the cancel's batches when the build
+    finds it cancelled, or by finalize if that build never comes; it ends `cancelled` and its webhook is in
+    the outbox."""
     job = deferring.client.post(
         "/v1/jobs?kind=claims&webhook_url=https://hooks.example.org/factgate",
         data=ndjson(CLAIM_ROWS),
@@ -208,6 +210,9 @@ def test_a_job_cancelled_while_validating_ends_cancelled_with_its_webhook(
     assert cancelled.status_code == 200 and cancelled.get_json()["status"] == "cancelling"
     if build_runs:
         assert build(deferring, job["id"]) is Built.SKIPPED
+        # The staged rows go in the cancel's batches (finish_cancel), not in the build's transaction.
+        with session_scope(deferring.sessions) as s:
+            assert cancel_step(s, jid) == len(CLAIM_ROWS)
         assert staged(deferring, job["id"]) == 0
     with session_scope(deferring.sessions) as s:
         assert maybe_finalize(s, jid)
@@ -225,7 +230,7 @@ def test_the_sweeper_only_restarts_validating_jobs_nobody_is_building(
     deferring: WebEnv, caller: Caller
 ) -> None:
     """`stale_validating` lists a validating job once it is older than the grace, and not while a build
-    holds its row."""
+    holds its build lock."""
     job = deferring.client.post(
         "/v1/jobs?kind=claims", data=ndjson(CLAIM_ROWS), headers=caller.ndjson_headers()
     ).get_json()
@@ -234,7 +239,7 @@ def test_the_sweeper_only_restarts_validating_jobs_nobody_is_building(
         assert jid not in stale_validating(s, 3600.0)
         assert jid in stale_validating(s, 0.0)
     with session_scope(deferring.sessions) as holder:
-        holder.scalars(select(Job).where(Job.id == jid).with_for_update()).one()  # a build in progress
+        assert try_build_lock(holder, jid)  # a build in progress holds the job's advisory lock
         with session_scope(deferring.sessions) as s:
             assert jid not in stale_validating(s, 0.0)
         with session_scope(deferring.sessions) as s:

@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 
 from checks.usage import DayRange
 from jobs.intake import UnitSpec, create_job
+from jobs.purge import roll_up_calls
+from jobs.quotas import spend_since
 from jobs.tenancy import get_or_create_tenant
 from jobs.usage import tenant_usage
 from models import ApiCall, make_engine, make_session_factory, session_scope
@@ -349,3 +351,51 @@ def test_usage_page_refuses_bad_dates_with_the_form(web: WebEnv, caller: Caller)
     assert 'id="from" name="from" type="date" value="2025-03-09" aria-invalid="true"' in page
     assert "<svg" not in page
     assert web.client.get("/usage").status_code == 200  # the default range
+
+
+# --- the roll-up of purged calls ------------------------------------------------------------------------
+
+
+def _drain_roll_up(sessions: Any, job_id: uuid.UUID, limit: int) -> list[int]:
+    """roll_up_calls until none is left, each batch its own transaction; the batch sizes it moved."""
+    moved: list[int] = []
+    while not moved or moved[-1]:
+        with session_scope(sessions) as session:
+            moved.append(roll_up_calls(session, job_id, limit))
+    return moved
+
+
+def test_purged_calls_count_the_same_in_the_usage_report_and_the_budget(web: WebEnv, caller: Caller) -> None:
+    """Rolling a job's calls up into `usage_days` in batches leaves the report, day by day, endpoint by
+    endpoint and model by model, and the spend the budgets read, exactly as they were (nothing twice)."""
+    job_id = caller_job(web, caller)
+    add_calls(web.sessions, caller.tenant_id, job_id, CALLS + OUTSIDE)
+    before = usage(web, caller)
+    with web.sessions() as s:
+        spent_before = spend_since(s, caller.tenant_id, at("2025-03-01", "00:00:00"))
+    assert _drain_roll_up(web.sessions, job_id, 3) == [3, 3, 3, 1, 0]
+    with web.sessions() as s:
+        assert s.scalar(text("SELECT count(*) FROM api_calls WHERE job_id = :j"), {"j": job_id}) == 0
+        assert spend_since(s, caller.tenant_id, at("2025-03-01", "00:00:00")) == pytest.approx(spent_before)
+    assert usage(web, caller) == before
+    # Calls arriving after a purge are live rows beside the roll-up, not a second count of it.
+    add_calls(web.sessions, caller.tenant_id, job_id, CALLS[:1])
+    assert usage(web, caller)["totals"]["requests"] == before["totals"]["requests"] + 1
+
+
+def test_the_roll_up_on_sqlite(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    try:
+        sessions = make_session_factory(engine)
+        with session_scope(sessions) as session:
+            tenant_id, job_id = _direct(session)
+        add_calls(sessions, tenant_id, job_id, CALLS + OUTSIDE)
+        period = DayRange(date(2025, 3, 1), date(2025, 3, 5))
+        with sessions() as session:
+            before = tenant_usage(session, tenant_id, period).as_dict()
+        assert _drain_roll_up(sessions, job_id, 4) == [4, 4, 2, 0]
+        with sessions() as session:
+            assert tenant_usage(session, tenant_id, period).as_dict() == before
+            assert session.scalar(text("SELECT count(*) FROM api_calls")) == 0
+    finally:
+        engine.dispose()

@@ -1,0 +1,192 @@
+"""Cancel and purge of a large job against a server stack (gunicorn, a celery worker, the simulator).
+
+Three figures, each against its goal:
+
+1. a cancel while `validating`: a 1,000,000-claim NDJSON body is answered 202 `validating`; once the
+   worker's build holds the job (its advisory lock, seen in pg_locks), `POST /v1/jobs/{id}/cancel` is timed
+   (goal ≤ 2 s; issue 23 measured 68.4 s), then the time until the job is `cancelled` (the build rolls back,
+   `finish_cancel` deletes the staged rows in batches);
+2. a cancel while running: the same body again, built and dispatching to the simulator; the cancel is
+   timed once items are done (goal ≤ 2 s), then the time until `cancelled` and its counts;
+3. a purge: `DELETE /v1/jobs/{id}` of that cancelled million-item job is timed, and a 3-claim job is
+   submitted right after and timed to `completed` while the purge runs, against the same small job before
+   it (the ratio is the purge's cost to others), then the time until the job's rows are gone.
+
+    FACTGATE_BENCH_REDIS_URL=redis://127.0.0.1:6392/12 .venv/bin/python bench/lifecycle.py [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._procs import REDIS_URL, Procs, flush_redis, free_port, fresh_database
+from jobs.bulk_load import BUILD_LOCK_NS
+from jobs.tenancy import create_token
+from models import make_engine, make_session_factory, session_scope
+
+GOAL_CANCEL_S = 2.0
+SMALL = [
+    {"id": "s1", "claim": "Python 3.12 was released in October 2023."},
+    {"id": "s2", "claim": "Git was created by Linus Torvalds."},
+    {"id": "s3", "claim": "Rust 1.0 was released in May 2015."},
+]
+
+
+def body(rows: int) -> bytes:
+    return "".join(
+        json.dumps({"id": f"row-{i:07d}", "claim": f"Claim {i}: the Eiffel Tower is about 330 m tall."})
+        + "\n"
+        for i in range(rows)
+    ).encode()
+
+
+def wait(what: str, check: Any, timeout: float = 1800.0, every: float = 0.2) -> float:
+    """Poll `check()` until true; returns the seconds it took."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if check():
+            return time.monotonic() - t0
+        time.sleep(every)
+    raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    args = ap.parse_args()
+    flush_redis()
+    out: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        out.append(line)
+
+    with fresh_database() as db_url:
+        engine = make_engine(db_url)
+        with session_scope(make_session_factory(engine)) as s:
+            token = create_token(s, "bench").token
+        procs = Procs(
+            env={
+                "DATABASE_URL": db_url,
+                "REDIS_URL": REDIS_URL,
+                "FACTGATE_SECRET_KEY": "x",
+                "FACTGATE_INTAKE_DEFER_ROWS": str(min(50_000, max(1, args.rows // 2))),
+                "FACTGATE_DECISIONS_RPS": "200",
+                "FACTGATE_LOG_LEVEL": "INFO",
+            }
+        )
+        try:
+            sim = procs.start_simulator(free_port(), "--decisions-rps", "0")
+            procs.env["PERPLEXITY_API_BASE"] = sim
+            procs.env["PERPLEXITY_API_KEY"] = "pplx-bench"
+            web = procs.start_web(free_port(), workers=1)
+            procs.start_worker(concurrency=8, loglevel="info")
+            auth = {"Authorization": f"Bearer {token}"}
+            data = body(args.rows)
+            with httpx.Client(base_url=web, headers=auth, timeout=1800) as client:
+
+                def job(jid: str) -> dict[str, Any]:
+                    got: dict[str, Any] = client.get(f"/v1/jobs/{jid}").json()
+                    return got
+
+                def small_job() -> float:
+                    t0 = time.monotonic()
+                    r = client.post("/v1/jobs", json={"kind": "claims", "items": SMALL})
+                    jid = r.json()["id"]
+                    wait("small job", lambda: job(jid)["status"] == "completed", 300)
+                    return time.monotonic() - t0
+
+                def submit() -> str:
+                    t0 = time.monotonic()
+                    r = client.post(
+                        "/v1/jobs?kind=claims&mode=grounded",
+                        content=data,
+                        headers={"Content-Type": "application/x-ndjson"},
+                    )
+                    assert r.status_code == 202, r.text[:300]
+                    say(
+                        f"  POST {args.rows:,} claims → 202 {r.json()['status']} in {time.monotonic() - t0:.1f} s"
+                    )
+                    jid: str = r.json()["id"]
+                    return jid
+
+                def building(jid: str) -> bool:
+                    with engine.connect() as conn:
+                        return bool(
+                            conn.scalar(
+                                text(
+                                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                    "AND classid = :ns AND objid = hashtext(:j)::oid"
+                                ),
+                                {"ns": BUILD_LOCK_NS, "j": jid},
+                            )
+                        )
+
+                def cancel(jid: str) -> float:
+                    t0 = time.monotonic()
+                    r = client.post(f"/v1/jobs/{jid}/cancel")
+                    took = time.monotonic() - t0
+                    assert r.status_code == 200, r.text[:300]
+                    return took
+
+                baseline = small_job()
+                say(f"small 3-claim job alone: {baseline:.2f} s to completed")
+
+                say(f"1. cancel while validating ({args.rows:,} rows, load {psutil.getloadavg()[0]:.1f})")
+                jid = submit()
+                seen = wait("build start", lambda: building(jid) or job(jid)["status"] != "validating", 300)
+                in_build = building(jid)
+                took = cancel(jid)
+                say(f"  cancel answered in {took:.3f} s ({'during the build' if in_build else 'before the build'},"
+                    f" {seen:.1f} s after the 202); ratio to goal ({GOAL_CANCEL_S:.0f} s) {took / GOAL_CANCEL_S:.3f}")  # fmt: skip
+                ended = wait("cancelled", lambda: job(jid)["status"] == "cancelled")
+                counts = job(jid)["request_counts"]
+                say(f"  cancelled {ended:.1f} s later; items {counts['total']:,} (none built)")
+
+                say(f"2. cancel while running ({args.rows:,} rows × grounded)")
+                jid = submit()
+                built = wait("running", lambda: job(jid)["request_counts"]["completed"] >= 50)
+                took = cancel(jid)
+                say(f"  running {built:.1f} s after the 202 ({job(jid)['request_counts']['completed']} done); "
+                    f"cancel answered in {took:.3f} s; ratio to goal ({GOAL_CANCEL_S:.0f} s) "
+                    f"{took / GOAL_CANCEL_S:.3f}")  # fmt: skip
+                ended = wait("cancelled", lambda: job(jid)["status"] == "cancelled")
+                c = job(jid)["request_counts"]
+                say(f"  cancelled {ended:.1f} s later: {c['completed']:,} completed, {c['skipped']:,} skipped, "
+                    f"{c['failed']:,} failed of {c['total']:,}")  # fmt: skip
+
+                say("3. purge of that job while a small job starts")
+                t0 = time.monotonic()
+                r = client.delete(f"/v1/jobs/{jid}")
+                took = time.monotonic() - t0
+                assert r.status_code == 204, r.text[:300]
+                say(f"  DELETE answered in {took:.3f} s; GET now {client.get(f'/v1/jobs/{jid}').status_code}")
+                during = small_job()
+                say(f"  small job during the purge: {during:.2f} s (alone {baseline:.2f} s, ratio "
+                    f"{during / baseline:.2f})")  # fmt: skip
+
+                def gone() -> bool:
+                    with engine.connect() as conn:
+                        return not conn.scalar(text("SELECT count(*) FROM jobs WHERE id = :j"), {"j": jid})
+
+                purged = wait("purged", gone)
+                say(f"  rows purged {took + during + purged:.1f} s after the DELETE")
+        finally:
+            procs.stop()
+            engine.dispose()
+    print("\nsummary\n" + "\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
