@@ -3,10 +3,11 @@
 The stack runs exactly as the README and the Procfile start it, on this machine: the Procfile's `web`
 (gunicorn with its defaults), its `worker` line twice (two worker processes, one per core: `honcho start -c
 worker=2`; the dispatcher runs inside them, in whichever holds the leader lock) and its `beat`, every one
-with the shipped defaults — plus Postgres and Redis, and the simulator in its own process with no limit and
-no latency (`--decisions-rps 0 --latency 0`). The one setting that differs from a deployment is the one
-under study, and it is printed: our limiter is unlimited (`FACTGATE_DECISIONS_RPS=0`, a free upstream).
-Anything else given with `--set NAME=VALUE` is printed too.
+with the shipped defaults — plus Postgres and Redis, and the simulator in its own process with no limit, no
+latency and fixed answers (`--decisions-rps 0 --latency 0 --engine fake`: its instant path, no corpus).
+The one setting that differs from a deployment is the one under study, and it is printed: our limiter is
+unlimited (`FACTGATE_DECISIONS_RPS=0`, a free upstream). Anything given with `--set NAME=VALUE` is printed
+too.
 
 N claims are submitted as NDJSON over HTTP. While they run, a client polls `GET /v1/jobs/{id}` every
 `--poll-s` and times each answer (goal: p99 ≤ 50 ms). The figures are claims/s from submit to completed
@@ -136,7 +137,9 @@ def main() -> None:
             }
         )
         try:
-            sim = procs.start_simulator(free_port(), "--decisions-rps", "0", "--latency", "0")
+            sim = procs.start_simulator(
+                free_port(), "--decisions-rps", "0", "--latency", "0", "--engine", "fake"
+            )
             procs.env["PERPLEXITY_API_BASE"] = sim
             port = free_port()
             procs.start_procfile("web", env={"PORT": str(port)})
@@ -208,7 +211,7 @@ def main() -> None:
     print(
         f"ceiling: {args.claims} {args.mode} claims; Procfile web + {args.workers} x worker"
         f"{'' if args.no_beat else ' + beat'} with the shipped defaults except {settings}; "
-        "simulator unlimited with no latency"
+        "simulator unlimited, no latency, fixed answers (--engine fake)"
     )
     print(f"  load average          {load_before} before, {load_after} after (2 cores, shared)")
     print(f"  job status            {status['status']}  {status.get('request_counts', {})}")
