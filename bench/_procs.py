@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -219,6 +221,16 @@ class Procs:
         self.wait_http(base + "/readyz")  # serving, with its database and Redis reachable
         return base
 
+    def start_procfile(
+        self, process: str, name: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """Start one process type of the Procfile exactly as `honcho start` would (its command line, its
+        `${VAR:-default}`s filled from this environment, so unset variables take the Procfile's defaults),
+        with the installed executables of this venv. `name` tells several processes of one type apart
+        (`honcho start -c worker=2`)."""
+        argv = procfile_argv(process, {**os.environ, **self.env, **(env or {})})
+        self.start(name or process, argv, env)
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -228,6 +240,31 @@ class Procs:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
+
+
+def procfile_argv(process: str, env: dict[str, str]) -> list[str]:
+    """The argv of one Procfile line, variables expanded as the shell would (`${X:-d}`: X if set and not
+    empty, else d) and the first word resolved to this venv's executable when it has one."""
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.startswith(f"{process}:"):
+            command = line.split(":", 1)[1].strip()
+            break
+    else:
+        raise KeyError(f"no {process!r} process in the Procfile")
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(3)
+        value = env.get(name, "")
+        return value if value else (m.group(2) or "")
+
+    argv = shlex.split(_VAR.sub(fill, command))
+    exe = BIN / argv[0]
+    if exe.exists():
+        argv[0] = str(exe)
+    return argv
 
 
 def flush_redis() -> None:

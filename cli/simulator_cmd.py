@@ -84,6 +84,15 @@ def _fault_list(_ctx: click.Context, _param: click.Parameter, value: str | None)
     help="Accept only this bearer key (repeatable); default: any non-empty key.",
 )
 @click.option("--no-test-headers", is_flag=True, help="Ignore the X-Sim-* per-request test headers.")
+@click.option(
+    "--engine",
+    "engine_name",
+    default="corpus",
+    show_default=True,
+    type=click.Choice(["corpus", "fake"]),
+    help="corpus: answers judged from the bundled corpus; fake: the same fixed, well-formed answer to "
+    "every request (no corpus loaded), for load drills that measure the caller, not the stand-in.",
+)
 def simulator(  # noqa: PLR0917 - click passes every option as a parameter
     host: str,
     port: int,
@@ -102,6 +111,7 @@ def simulator(  # noqa: PLR0917 - click passes every option as a parameter
     knowledge_cutoff: datetime,
     api_keys: tuple[str, ...],
     no_test_headers: bool,
+    engine_name: str,
 ) -> None:
     """Run the offline Perplexity API simulator (for tests, the demo and load drills).
 
@@ -136,5 +146,10 @@ def simulator(  # noqa: PLR0917 - click passes every option as a parameter
             f"(answers come from a small bundled corpus) - serving {url}"
         )
 
+    engine = None
+    if engine_name == "fake":
+        from simulator.fake_engine import FakeEngine  # only load drills need it
+
+        engine = FakeEngine()
     # Blocks until Ctrl-C (waitress handles the interrupt and shuts its workers down).
-    serve(config, host=host, port=port, threads=threads, ready=announce)
+    serve(config, host=host, port=port, threads=threads, engine=engine, ready=announce)

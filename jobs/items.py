@@ -25,7 +25,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+import psycopg
+from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Table, Update, bindparam, exists, func, insert, select, tuple_, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from jobs.records import CallRow, ClaimedItem
@@ -141,6 +144,62 @@ def _settle_with_calls(n: int) -> Update:
     return statement
 
 
+# The same two statements as Postgres text, sent straight to psycopg on a bare connection (`_on_driver`):
+# even a prebuilt statement costs SQLAlchemy an execution context, its parameters processed one by one (17
+# per call row) and a result wrapper — about as much Python again as psycopg's own work. Measured in the
+# ceiling bench's profile (docs/profiles/): claim and settle were a quarter of a worker's CPU per claim.
+# The texts say exactly what `_CLAIM` and `_settle_with_calls` say; tests/integration/test_item_lifecycle.py
+# runs both paths.
+_CLAIM_SQL = (
+    "UPDATE items SET status = 'running', attempts = attempts + 1, tries = tries + 1, not_before = NULL, "
+    "lease_until = %(lease_to)s "
+    "WHERE id = %(item_id)s AND status = 'pending' AND tries < %(max_tries)s AND EXISTS ("
+    "SELECT FROM jobs WHERE jobs.id = items.job_id AND jobs.status NOT IN ('cancelling', 'cancelled')) "
+    "RETURNING job_id, attempts, stage, mode, custom_id, input, dedupe_key"
+)
+_SETTLE_SQL = (
+    "UPDATE items SET status = %(to_status)s, output = %(to_output)s, error = %(to_error)s, "
+    "lease_until = NULL, finished_at = %(at)s "
+    "WHERE id = %(item_id)s AND status = 'running' AND attempts = %(token)s"
+)
+_SETTLE_SQL_WITH_CALLS: dict[int, str] = {}
+
+
+def _settle_sql(n: int) -> str:
+    """`_SETTLE_SQL` with `n` call rows inserted by data-modifying CTEs (see `_settle_with_calls`)."""
+    sql = _SETTLE_SQL_WITH_CALLS.get(n)
+    if sql is None:
+        ctes = ", ".join(
+            f"call_{i} AS (INSERT INTO api_calls ({', '.join(_CALL_COLUMNS)}) "  # noqa: S608 - fixed names
+            f"VALUES ({', '.join(f'%({c}_{i})s' for c in _CALL_COLUMNS)}))"
+            for i in range(n)
+        )
+        sql = _SETTLE_SQL_WITH_CALLS[n] = f"WITH {ctes} {_SETTLE_SQL}" if n else _SETTLE_SQL
+    return sql
+
+
+def _on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+    """Run one Postgres statement on the connection's psycopg connection, prepared server-side, with the
+    errors SQLAlchemy would raise (an OperationalError stays an infrastructure fault, and a connection
+    the server dropped is invalidated so the pool never hands it out again)."""
+    raw = conn.connection.driver_connection
+    assert isinstance(raw, psycopg.Connection)
+    try:
+        return raw.execute(sql, params, prepare=True)
+    except psycopg.Error as exc:
+        gone = conn.dialect.is_disconnect(cast(Any, exc), conn.connection, None)
+        if gone:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            sql, params, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
+        ) from exc
+
+
+def _driver_level(session: Executor) -> bool:
+    """Whether a one-statement operation can go straight to psycopg: a bare Postgres connection."""
+    return isinstance(session, Connection) and session.dialect.driver == "psycopg"
+
+
 @dataclass(frozen=True)
 class ItemUsage:
     """What an item cost over all its tries: POSTs sent, billed searches, tokens, dollars, and time split
@@ -240,10 +299,11 @@ def try_claim(
     """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
     one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
     caller then runs `claim_item` in a transaction to apply the other rules."""
-    claimed = session.execute(
-        _CLAIM,
-        {"item_id": item_id, "max_tries": max_tries, "lease_to": utcnow() + timedelta(seconds=lease_s)},
-    ).first()
+    params = {"item_id": item_id, "max_tries": max_tries, "lease_to": utcnow() + timedelta(seconds=lease_s)}
+    if _driver_level(session):
+        claimed = _on_driver(cast(Connection, session), _CLAIM_SQL, params).fetchone()
+    else:
+        claimed = session.execute(_CLAIM, params).first()
     if claimed is None:
         return None
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
@@ -468,6 +528,9 @@ def _settle_at_once(
     }
     for i, row in enumerate(_call_values(item, calls, now)):
         params.update({f"{name}_{i}": value for name, value in row.items()})
+    if _driver_level(session):
+        params["to_output"] = Jsonb(params["to_output"])
+        return _on_driver(cast(Connection, session), _settle_sql(len(calls)), params).rowcount > 0
     result = session.execute(_settle_with_calls(len(calls)) if calls else _SETTLE, params)
     return bool(getattr(result, "rowcount", 0))
 

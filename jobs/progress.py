@@ -60,12 +60,23 @@ def _from_statuses(by: Mapping[str, int]) -> RequestCounts:
     )
 
 
+_STATUSES = ("done", "failed", "skipped", "pending", "running")
+
+
 def request_counts(session: Session, job_id: uuid.UUID) -> RequestCounts:
-    """Count the job's items by status through the (job_id, status) index."""
-    rows = session.execute(
-        select(Item.status, func.count()).where(Item.job_id == job_id).group_by(Item.status)
-    ).all()
-    return _from_statuses({status: int(n) for status, n in rows})
+    """Count the job's items by status through the (job_id, status) index, as one row of filtered counts.
+
+    Not a GROUP BY: right after a large intake the planner has no statistics for the job's items, and it
+    grouped them by sorting every row on the status text (EXPLAIN ANALYZE, 6,000 items: 19 ms, 11 of them
+    the sort); filtered counts need no sort and no plan that depends on the statistics."""
+    row = session.execute(
+        select(func.count(), *(func.count().filter(Item.status == s) for s in _STATUSES)).where(
+            Item.job_id == job_id
+        )
+    ).one()
+    by = dict(zip(_STATUSES, (int(n) for n in row[1:]), strict=True))
+    other = int(row[0]) - sum(by.values())  # a status this version does not name still counts in total
+    return _from_statuses({**by, "other": other} if other else by)
 
 
 def stored_counts(job: Job) -> RequestCounts | None:

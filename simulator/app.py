@@ -125,6 +125,80 @@ class _DropMiddleware:
         return body
 
 
+class _InstantPath:
+    """The answer to a request that nothing can delay or break, without Flask in between.
+
+    With no fault rate, no latency and no rate limit on its endpoint, a request that carries no X-Sim-*
+    header can only be answered (or refused as a client error), so the checks that remain — route, key,
+    body size, validation — are made here on the WSGI environ and the engine's answer is written as is:
+    the same status, body and `x-request-id` as through the Flask app, and counted in the same stats.
+    Flask's request and response objects were most of the simulator's CPU per request in the ceiling
+    bench, where an unlimited, instant upstream should cost next to nothing (docs/architecture.md).
+    Anything else (other routes and methods, a test header) goes to the app.
+    """
+
+    def __init__(self, state: SimulatorState, inner: WSGIApp) -> None:
+        self.state = state
+        self.inner = inner
+        config = state.config
+        instant = config.fault_rate == 0 and config.latency_s == 0
+        self.routes = {
+            path: route for path, route in ROUTES.items() if instant and not state.limiter.limit_for(route[1])
+        }
+        self.test_headers = (
+            tuple("HTTP_" + name.upper().replace("-", "_") for name in fault_kit.TEST_HEADERS)
+            if config.allow_test_headers
+            else ()
+        )
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        route = self.routes.get(environ.get("PATH_INFO", ""))
+        if (
+            route is None
+            or environ.get("REQUEST_METHOD") != "POST"
+            or not environ.get("CONTENT_LENGTH")
+            or any(name in environ for name in self.test_headers)
+        ):
+            return self.inner(environ, start_response)
+        name, endpoint = route
+        status, body = self._answer(environ, endpoint)
+        self.state.stats.record(name, status)
+        headers = [("Content-Type", JSON), ("Content-Length", str(len(body)))]
+        if status != 401:
+            headers.append(("x-request-id", _request_id()))
+        start_response(f"{status} {_REASONS.get(status, 'Error')}", headers)
+        return [body]
+
+    def _answer(self, environ: dict[str, Any], endpoint: str) -> tuple[int, bytes]:
+        scheme, _, token = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")
+        keys = self.state.config.api_keys
+        if (
+            scheme.lower() != "bearer"
+            or not token.strip()
+            or (keys is not None and token.strip() not in keys)
+        ):
+            return 401, error_body(
+                "Invalid or missing API key", "authentication_error", code="invalid_api_key"
+            )
+        length = int(environ["CONTENT_LENGTH"])
+        if length > MAX_BODY_BYTES:
+            return 413, error_body("Request body too large (limit 32 MiB)", "request_too_large")
+        raw = environ["wsgi.input"].read(length)
+        try:
+            return 200, dumps(_answer(self.state, endpoint, raw))
+        except WireError as error:
+            return error.status, error.body()
+        except SearchValidationError as error:
+            return 422, error.body()
+        except Exception:
+            log.exception("simulator engine failed on %s", endpoint)
+            return 500, error_body("Internal server error", "internal_server_error")
+
+
+_REASONS = {200: "OK", 400: "BAD REQUEST", 401: "UNAUTHORIZED", 413: "REQUEST ENTITY TOO LARGE",
+            422: "UNPROCESSABLE ENTITY", 500: "INTERNAL SERVER ERROR"}  # fmt: skip
+
+
 def _no_write(data: bytes) -> None:  # pragma: no cover - Flask never uses the legacy write callable
     raise RuntimeError("write() is not supported")
 
@@ -153,7 +227,7 @@ def create_app(
     )
     app = Flask("simulator")
     app.extensions[EXTENSION] = state
-    app.wsgi_app = _DropMiddleware(app.wsgi_app)  # type: ignore[method-assign]
+    app.wsgi_app = _InstantPath(state, _DropMiddleware(app.wsgi_app))  # type: ignore[method-assign]
 
     for path, (name, endpoint) in ROUTES.items():
         app.add_url_rule(

@@ -41,7 +41,7 @@ from web.exports import CSV_RENDERERS, RESULT_ITERATORS, START, ndjson_lines, st
 from web.intake import BodyFormat, check_idempotency_key, submit_stream
 from web.openapi import openapi_document
 from web.session import db_session, resources, settings
-from web.status import status_object, status_objects
+from web.status import live_status_object, status_object, status_objects
 from workers.api import enqueue_start
 
 log = logging.getLogger("factgate.web")
@@ -252,7 +252,7 @@ def list_jobs_view() -> Response:
 @api.get("/jobs/<job_id>", endpoint="get_job")
 def get_job_view(job_id: str) -> Response:
     job = _job_or_404(job_id)
-    return _json(status_object(db_session(), job))
+    return _json(live_status_object(db_session(), resources().sessions, job))
 
 
 @api.get("/jobs/<job_id>/results")

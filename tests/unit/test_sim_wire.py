@@ -586,3 +586,38 @@ def test_default_app_serves_the_bundled_corpus_engine() -> None:
     assert decision.json()["usage"]["input_tokens"] > 0
     assert all(r["url"].startswith("https://") for r in decision.json()["search_results"])
     assert 1 <= len(search.json()["results"]) <= 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "headers"),
+    [
+        ("/v1/decisions", decision_body(), AUTH),
+        ("/v1/decisions", decision_body(mode="web_grounding"), AUTH),
+        ("/v1/decisions", decision_body(mode="offline"), AUTH),
+        ("/v1/decisions", {"model": MODEL}, AUTH),
+        ("/v1/decisions", decision_body(), {"Authorization": "Basic x"}),
+        ("/search", {"query": "boiling point"}, AUTH),
+        ("/search", {"query": ""}, AUTH),
+    ],
+)
+def test_the_instant_path_answers_as_the_app_does(
+    path: str, body: dict[str, Any], headers: dict[str, str]
+) -> None:
+    """Unlimited, faultless and instant, a request without test headers skips Flask (`_InstantPath`); one
+    with `X-Sim-Fault: none` goes through the app. Both give the same status, body and headers."""
+    with make_client() as c:
+        fast = c.post(path, json=body, headers=headers)
+        slow = c.post(path, json=body, headers={**headers, "X-Sim-Fault": "none"})
+    assert fast.status_code == slow.status_code
+    fast_body, slow_body = fast.json(), slow.json()
+    fast_body.pop("id", None), slow_body.pop("id", None)  # a Search answer's id is random
+    assert fast_body == slow_body
+    assert fast.headers["content-type"] == slow.headers["content-type"]
+    assert ("x-request-id" in fast.headers) == ("x-request-id" in slow.headers)
+
+
+def test_the_instant_path_counts_its_answers() -> None:
+    with make_client() as c:
+        c.post("/v1/decisions", json=decision_body())
+        c.post("/v1/decisions", json=decision_body(), headers={"Authorization": "Bearer "})
+        assert c.get("/stats").json()["endpoints"]["decisions"] == {"200": 1, "401": 1}
