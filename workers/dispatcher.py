@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import threading
 import time
@@ -113,7 +114,9 @@ class Dispatcher:
         self.max_in_flight = settings.dispatch_max_in_flight
         self.window = max(1, settings.chord_size)
         self._send = send or self._send_chord
-        self._token = secrets.token_hex(8)
+        # The lock's value names the process that holds it (its pid first), so an operator — or the
+        # multi-host drill, scripts/drill/ — can tell which host leads.
+        self._token = f"{os.getpid()}:{secrets.token_hex(8)}"
         self._scopes: dict[str, _Scope] = {}
         self._latency: dict[str, float] = {}
         self._latency_at = 0.0
