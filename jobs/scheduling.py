@@ -13,7 +13,7 @@ SQL so that Postgres can prove a prepared statement matches the index predicate.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -83,12 +83,17 @@ def live_jobs(session: Session) -> list[LiveJob]:
     ]
 
 
-def in_flight(session: Session, scope: str) -> int:
-    """Items dispatched in `scope` and not settled yet (waiting in the broker, or running)."""
-    return int(
-        session.scalar(select(func.count()).select_from(Item).where(Item.scope == scope, text(IN_FLIGHT_SQL)))
-        or 0
-    )
+def in_flight(session: Session, scope: str, lost: Collection[int] = ()) -> int:
+    """Items dispatched in `scope` and not settled yet (waiting in the broker, or running).
+
+    `lost`: items held by hosts that went silent (workers/leases.py:silent_hosts). Those still running do
+    not count: their host is frozen or cut off, so they take no upstream slot now, and counting them kept a
+    scope below its rate until their leases ran out. They stay running and their host's (the lease token
+    decides who writes); only the count leaves them out."""
+    statement = select(func.count()).select_from(Item).where(Item.scope == scope, text(IN_FLIGHT_SQL))
+    if lost:
+        statement = statement.where(~(Item.id.in_(sorted(lost)) & (Item.status == "running")))
+    return int(session.scalar(statement) or 0)
 
 
 def ready_items(

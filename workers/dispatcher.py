@@ -45,6 +45,7 @@ from jobs.scheduling import LiveJob, Ready
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
+from workers.leases import HOST_SILENT_S, silent_hosts
 from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
@@ -62,6 +63,7 @@ LATENCY_REFRESH_S = 2.0
 SCHEDULE_REFRESH_S = 2.0
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
+HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/leases.py)
 DEFAULT_LATENCY_S = 1.0
 
 # Renew the lock only if we still hold it (compare-and-expire in one step).
@@ -124,6 +126,11 @@ class Dispatcher:
         self._holds: dict[uuid.UUID, Hold] = {}
         self._holds_at = 0.0
         self._sent: deque[tuple[float, uuid.UUID, int]] = deque()  # (monotonic time, job, items) for rates
+        # Items of silent hosts (workers/leases.py): their running ones take no slot; refreshed every
+        # HOSTS_REFRESH_S, with the hosts already seen silent (their not-started items were sent again).
+        self._lost: set[int] = set()
+        self._lost_hosts: set[str] = set()
+        self._lost_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = ctx.redis.register_script(_RENEW)
@@ -228,6 +235,31 @@ class Dispatcher:
             self._holds = scheduling_holds(session, budgeted, utcnow())
         self._holds_at = now
 
+    def _refresh_lost(self, now: float) -> None:
+        """Which hosts went silent, and the items they held: their running items no longer count in flight,
+        and their received-but-not-started items are made dispatchable again at once (whoever claims one
+        first runs it; the other copy finds it taken)."""
+        if now - self._lost_at < HOSTS_REFRESH_S:
+            return
+        self._lost_at = now
+        forget_s = max(2.0 * self.ctx.settings.lease_s, 120.0)
+        silent = silent_hosts(self.ctx.redis, HOST_SILENT_S, forget_s)
+        newly = {h: ids for h, ids in silent.items() if h not in self._lost_hosts and ids}
+        if newly:
+            ids = sorted({i for items in newly.values() for i in items})
+            with session_scope(self.ctx.sessions) as session:
+                resent = scheduling.forget_dispatches(session, ids)
+            log.warning(
+                "dispatcher: host %s silent for over %.1f s; its %d items take no slot, %d not started are "
+                "sent again",
+                ", ".join(sorted(newly)),
+                HOST_SILENT_S,
+                len(ids),
+                resent,
+            )
+        self._lost_hosts = set(silent)
+        self._lost = {i for items in silent.values() for i in items}
+
     def tick(self) -> bool:
         """One round: for each scope with free slots, allocate them fairly and send the picks.
 
@@ -242,6 +274,7 @@ class Dispatcher:
             self._scopes.clear()
             return False
         self._refresh_holds(jobs, now)
+        self._refresh_lost(now)
         weights = {str(j.tenant_id): j.weight for j in jobs}
         by_scope: dict[str, tuple[str, list[LiveJob]]] = {}
         for endpoint in ENDPOINTS:
@@ -266,7 +299,7 @@ class Dispatcher:
         self, scope: str, endpoint: str, jobs: list[LiveJob], weights: Mapping[str, float]
     ) -> int:
         with session_scope(self.ctx.sessions) as session:
-            free = self.target(endpoint) - scheduling.in_flight(session, scope)
+            free = self.target(endpoint) - scheduling.in_flight(session, scope, self._lost)
             if free <= 0:
                 return 0
             # One more than can be sent: a job that gets every free slot and still has work must not look

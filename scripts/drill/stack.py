@@ -261,12 +261,9 @@ class Stack:
     def wait_worker_ready(self, host: Host, timeout: float = 120.0) -> None:
         """Until the worker's log says it is ready (it consumes from then on)."""
         deadline = time.monotonic() + timeout
-        mark = len(self.log(host.name).splitlines())
         while time.monotonic() < deadline:
-            lines = self.log(host.name).splitlines()
-            if any(" ready." in line for line in lines[mark - 1 if mark else 0 :]) or any(
-                " ready." in line for line in lines
-            ):
+            tail = self.log(host.name).rsplit("--- drill: worker restarted", 1)[-1]
+            if " ready." in tail:
                 return
             proc = self.procs.get(host.name)
             if proc is None or proc.poll() is not None:
@@ -276,7 +273,8 @@ class Stack:
 
     def restart_worker(self, host: Host, *, clock_offset_s: int = 0) -> None:
         self.stop(host.name)
-        (self.tmp / f"{host.name}.log").unlink(missing_ok=True)
+        with (self.tmp / f"{host.name}.log").open("a") as log:
+            log.write(f"--- drill: worker restarted (clock offset {clock_offset_s:+d} s) ---\n")
         self.start_worker(host, clock_offset_s=clock_offset_s)
         self.wait_worker_ready(host)
 
