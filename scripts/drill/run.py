@@ -13,7 +13,7 @@ in progress from the fault on, how long progress took to resume after the fault 
 during the fault, leader changes — and whether what should hold held. The exit status is non-zero when any
 scenario did not hold.
 
-Needs root (namespaces, iptables, tc) and Debian's iptables and faketime packages; it starts its own
+Needs root (namespaces, iptables, tc) and Debian's iptables package; it starts its own
 Postgres cluster and Redis servers on the drill's private addresses and removes everything on the way out,
 on Ctrl-C too.
 
@@ -502,15 +502,13 @@ def preflight() -> None:
     missing = [
         tool for tool in ("ip", "iptables", "tc", "redis-server", "runuser") if shutil.which(tool) is None
     ]
-    from scripts.drill.stack import FAKETIME_LIB, PG_BIN
+    from scripts.drill.stack import PG_BIN
 
     if not (PG_BIN / "initdb").exists():
         missing.append("postgresql (initdb)")
-    if not FAKETIME_LIB.exists():
-        missing.append("faketime")
     if missing:
         raise SystemExit(
-            f"drill: missing {', '.join(missing)} (apt-get install iptables faketime postgresql redis-server)"
+            f"drill: missing {', '.join(missing)} (apt-get install iptables postgresql redis-server)"
         )
     import os
 

@@ -36,7 +36,7 @@ from scripts.drill.netns import Host
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), Path("/usr/bin"))
-FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+SKEW_DIR = Path(__file__).resolve().parent / "skew"  # its sitecustomize.py shifts a worker's wall clock
 
 DB = Host("db", f"{netns.SUBNET}.2")
 WEB = Host("web", f"{netns.SUBNET}.3")
@@ -243,11 +243,10 @@ class Stack:
 
     def start_worker(self, host: Host, *, clock_offset_s: int = 0) -> None:
         """A `celery worker` as the Procfile runs it, on `host`; with a clock offset its wall clock (and
-        only that: monotonic time stays true) is shifted by libfaketime."""
+        only that: monotonic time and sleeps stay true) is shifted (scripts/drill/skew/sitecustomize.py)."""
         extra: dict[str, str] = {}
         if clock_offset_s:
-            extra = {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"{clock_offset_s:+d}s",
-                     "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_DONT_RESET": "1"}  # fmt: skip
+            extra = {"PYTHONPATH": f"{SKEW_DIR}:{ROOT}", "FACTGATE_DRILL_CLOCK_OFFSET_S": str(clock_offset_s)}
         self.worker_env[host.name] = extra
         self.start(
             host.name,

@@ -23,7 +23,7 @@ from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers.app import make_celery
 from workers.context import build_context
-from workers.dispatcher import Dispatcher
+from workers.dispatcher import LEADER_KEY, Dispatcher, refuse_stale_dispatch
 from workers.leases import HOST_SILENT_S, HOSTS_KEY, LeaseKeeper
 
 pytestmark = [pytest.mark.integration]
@@ -138,3 +138,58 @@ def test_a_silent_hosts_items_not_started_are_sent_again(db: tuple[str, Engine])
     finally:
         host.close()
         harness.close()
+
+
+# --- fencing: a leader that lost its lock sends nothing that counts ------------------------------------
+
+
+def _dispatched(engine: Engine) -> int:
+    with session_scope(make_session_factory(engine)) as s:
+        return len(list(s.scalars(select(Item.id).where(Item.enqueued_at.is_not(None)))))
+
+
+def test_a_leader_whose_lock_may_have_lapsed_marks_and_sends_nothing(
+    db: tuple[str, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, engine = db
+    _job(engine, 20)
+    harness = Harness(url)
+    try:
+        harness.dispatcher._valid_until = 0.0  # paused past its lock's expiry, as a tick begins
+        assert harness.tick() == [] and _dispatched(engine) == 0
+        assert harness.dispatcher.lead()  # still the holder: renewing makes it valid again
+        assert len(harness.tick()) == TARGET
+
+        # The lock lapses between marking and sending: nothing goes out and the marks are undone.
+        answers = iter([True, False])
+        monkeypatch.setattr(harness.dispatcher, "still_leading", lambda: next(answers, False))
+        harness.dispatcher._lost = set()
+        with session_scope(harness.ctx.sessions) as s:  # free the slots: settle what is in flight
+            for item in s.scalars(select(Item).where(Item.enqueued_at.is_not(None))):
+                item.status = "done"
+        assert harness.tick() == [] and _dispatched(engine) == TARGET  # only the settled ones, marked before
+    finally:
+        harness.close()
+
+
+def test_a_dispatch_of_an_older_term_is_refused_and_sent_again(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    _job(engine, 20)
+    first = Harness(url)
+    try:
+        sent = first.tick()
+        old_term = first.dispatcher.term
+        first.ctx.redis.delete(LEADER_KEY)  # its lock expired while it was away
+        second = Dispatcher(
+            first.ctx, make_celery(Settings(database_url=url), with_tasks=False), send=first._record
+        )
+        assert second.lead() and second.term > old_term
+        assert refuse_stale_dispatch(first.ctx, sent[0], old_term, max_age_s=0)
+        assert not refuse_stale_dispatch(first.ctx, sent[1], second.term, max_age_s=0)
+        assert not refuse_stale_dispatch(first.ctx, sent[2], None, max_age_s=0)  # sent before terms existed
+        with session_scope(first.ctx.sessions) as s:
+            marks = dict(s.execute(select(Item.id, Item.enqueued_at).where(Item.id.in_(sent[:2]))).all())
+        assert marks[sent[0]] is None and marks[sent[1]] is not None  # the refused one is dispatchable again
+        second.stop()
+    finally:
+        first.close()
