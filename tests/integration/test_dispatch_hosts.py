@@ -57,6 +57,7 @@ class Harness:
         self.sent: list[int] = []
         self.dispatcher = Dispatcher(self.ctx, make_celery(settings, with_tasks=False), send=self._record)
         self.dispatcher.target = lambda endpoint: TARGET  # type: ignore[method-assign]
+        self.ctx.redis.delete(LEADER_KEY)  # the process's embedded store: another module's leader may remain
         assert self.dispatcher.lead()
 
     def _record(self, _job_id: uuid.UUID, window: list[Ready], _producer: object) -> None:
