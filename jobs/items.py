@@ -25,9 +25,22 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, Update, bindparam, exists, func, insert, select, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Interval,
+    Table,
+    Update,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.orm import Session
 
+from jobs.clock import after, uses_database_clock
 from jobs.records import CallRow, ClaimedItem
 from models import ApiCall, Item, Job, utcnow
 from models.base import UTCDateTime
@@ -85,6 +98,8 @@ _CLAIM = (
         _ITEMS.c.dedupe_key,
     )
 )
+# The same claim with the lease counted by the database's clock (jobs/clock.py): Postgres.
+_CLAIM_DB_CLOCK = _CLAIM.values(lease_until=func.now() + bindparam("lease_for", type_=Interval()))
 _SETTLE = (
     update(_ITEMS)
     .where(
@@ -240,10 +255,16 @@ def try_claim(
     """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
     one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
     caller then runs `claim_item` in a transaction to apply the other rules."""
-    claimed = session.execute(
-        _CLAIM,
-        {"item_id": item_id, "max_tries": max_tries, "lease_to": utcnow() + timedelta(seconds=lease_s)},
-    ).first()
+    if uses_database_clock(session):
+        params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
+        claimed = session.execute(_CLAIM_DB_CLOCK, params).first()
+    else:
+        params = {
+            "item_id": item_id,
+            "max_tries": max_tries,
+            "lease_to": utcnow() + timedelta(seconds=lease_s),
+        }
+        claimed = session.execute(_CLAIM, params).first()
     if claimed is None:
         return None
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
@@ -318,7 +339,7 @@ def extend_leases(session: Session, held: Sequence[tuple[int, int]], lease_s: fl
     result = session.execute(
         update(Item)
         .where(Item.status == "running", tuple_(Item.id, Item.attempts).in_(list(held)))
-        .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+        .values(lease_until=after(session, lease_s))
     )
     return int(getattr(result, "rowcount", 0) or 0)
 

@@ -22,6 +22,7 @@ from sqlalchemy import func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
 
 from checks.fairness import Priority
+from jobs.clock import after, now_of
 from models import ApiCall, Item, ItemStatus, Job, JobStatus, Tenant, utcnow
 from models.jobs import IN_FLIGHT_SQL, READY_SQL
 
@@ -138,7 +139,7 @@ def mark_dispatched(session: Session, item_ids: Iterable[int], scope: str) -> se
     ids = list(item_ids)
     if not ids:
         return set()
-    now = utcnow()
+    now = now_of(session)  # the database's clock: the sweeper on another host reads these marks
     marked = {
         int(i)
         for (i,) in session.execute(
@@ -179,7 +180,7 @@ def forget_stale_dispatches(session: Session, older_than_s: float) -> int:
     """Pending items dispatched more than `older_than_s` ago whose message was probably lost (Redis flushed,
     a killed worker's prefetched message): they become dispatchable again. If the old message does turn up,
     claiming is conditional, so the item still runs once. 0 forgets every pending dispatch."""
-    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    cutoff = after(session, -older_than_s)
     result = session.execute(
         update(Item)
         .where(Item.status == "pending", Item.enqueued_at.is_not(None), Item.enqueued_at <= cutoff)

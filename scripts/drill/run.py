@@ -305,9 +305,9 @@ SCENARIOS = [
         needs_sentinel=True,
     ),
 ]
-SMOKE = Scenario(
-    "smoke", "leader worker SIGSTOPped 6 s (CI's short run)", leader_paused_short, want_rate=True
-)
+# CI's short run: the correctness checks only (a 6 s pause is mostly the lock's takeover, so its throughput
+# says little); the full run holds the throughput.
+SMOKE = Scenario("smoke", "leader worker SIGSTOPped 6 s (CI's short run)", leader_paused_short)
 
 
 # --- Redis through the Sentinels or directly ------------------------------------------------------------
@@ -553,8 +553,9 @@ def main() -> int:
             print(out.line(), flush=True)
         engine.dispose()
     failed = [o.name for o in outcomes if o.failures]
-    print(f"drill: {len(outcomes) - len(failed)} passed, {len(failed)} failed"
-          f" ({time.monotonic() - started:.0f} s)")  # fmt: skip
+    # Not "N passed, M failed": CI reads such a line as a test runner's count.
+    verdict = "every scenario held" if not failed else f"{len(failed)} of {len(outcomes)} did not hold"
+    print(f"drill: {verdict} ({time.monotonic() - started:.0f} s)")
     return 1 if failed else 0
 
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, select
 
+import jobs.items
 from config import Settings
 from jobs.intake import UnitSpec, create_job
-from jobs.items import try_claim
+from jobs.items import extend_leases, try_claim
 from jobs.scheduling import Ready
+from jobs.sweeper import expire_leases
 from jobs.tenancy import get_or_create_tenant
-from models import Item, autocommit_scope, session_scope
+from models import Item, autocommit_scope, session_scope, utcnow
 from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers.app import make_celery
@@ -194,3 +197,29 @@ def test_a_dispatch_of_an_older_term_is_refused_and_sent_again(db: tuple[str, En
         second.stop()
     finally:
         first.close()
+
+
+# --- one clock: a worker's wall clock decides nothing --------------------------------------------------
+
+
+def test_a_worker_whose_clock_runs_behind_keeps_its_lease(
+    db: tuple[str, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim and the heartbeat count the lease by the database's clock: a worker 90 s behind, with a
+    60 s lease, used to write leases the sweeper found already run out, and its items ran twice."""
+    _url, engine = db
+    _job(engine, 3)
+    sessions = make_session_factory(engine)
+    with session_scope(sessions) as s:
+        item_id = int(s.scalars(select(Item.id).order_by(Item.id).limit(1)).one())
+    behind = utcnow() - timedelta(seconds=90)
+    monkeypatch.setattr(jobs.items, "utcnow", lambda: behind)  # the worker's clock only
+    with autocommit_scope(engine) as c:
+        claimed = try_claim(c, item_id, 60)
+    assert claimed is not None
+    with session_scope(sessions) as s:
+        assert extend_leases(s, [(claimed.id, claimed.token)], 60) == 1
+    with session_scope(sessions) as s:
+        assert expire_leases(s) == 0  # the sweeper, on a true clock, finds the lease alive
+    with session_scope(sessions) as s:
+        assert s.scalar(select(Item.status).where(Item.id == item_id)) == "running"
