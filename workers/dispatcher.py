@@ -67,7 +67,7 @@ EPOCH_KEY = "factgate:dispatch:epoch"
 TERM_KEY = "factgate:dispatch:term"
 # Short, so that another host leads within a few seconds of the leader going silent; the lock is renewed
 # every loop (50 ms while busy), so only a leader stalled for seconds loses it.
-LEADER_TTL_MS = 3_000
+LEADER_TTL_MS = 2_000
 FENCE_MARGIN_S = 0.5  # a leader stops sending this long before its lock could have expired
 TERM_CACHE_S = 0.25  # how long a worker trusts the term it read (one Redis GET per item otherwise)
 # Time from dispatch to the POST (broker hop, claim, limiter hand-off): items in flight beyond rate × latency

@@ -41,10 +41,10 @@ MIN_BEAT_S = 0.5
 HOSTS_KEY = "factgate:hosts"  # sorted set: process id -> its last beat, in ms of Redis time
 HOST_KEY = "factgate:host:{}"  # per process: JSON list of the item ids it holds or has received
 HOST_BEAT_S = 0.5
-# Silent after this long without a beat: five missed beats, longer than a garbage collection or a busy
+# Silent after this long without a beat: four missed beats, longer than a garbage collection or a busy
 # moment of a loaded host, shorter than the leader lock's expiry (workers/dispatcher.py), so that by the
 # time another host leads, the silent one's slots are already free.
-HOST_SILENT_S = 2.5
+HOST_SILENT_S = 2.0
 
 # Record this process's items, stamped with Redis time; the record outlives the beat (a silent host's items
 # must stay known) for as long as a lease can.
