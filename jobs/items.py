@@ -27,10 +27,23 @@ from typing import Any, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Table, Update, bindparam, exists, func, insert, select, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Interval,
+    Table,
+    Update,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from jobs.clock import after, uses_database_clock
 from jobs.records import CallRow, ClaimedItem
 from models import ApiCall, Item, Job, utcnow
 from models.base import UTCDateTime
@@ -88,6 +101,8 @@ _CLAIM = (
         _ITEMS.c.dedupe_key,
     )
 )
+# The same claim with the lease counted by the database's clock (jobs/clock.py): Postgres.
+_CLAIM_DB_CLOCK = _CLAIM.values(lease_until=func.now() + bindparam("lease_for", type_=Interval()))
 _SETTLE = (
     update(_ITEMS)
     .where(
@@ -148,11 +163,11 @@ def _settle_with_calls(n: int) -> Update:
 # even a prebuilt statement costs SQLAlchemy an execution context, its parameters processed one by one (17
 # per call row) and a result wrapper — about as much Python again as psycopg's own work. Measured in the
 # ceiling bench's profile (docs/profiles/): claim and settle were a quarter of a worker's CPU per claim.
-# The texts say exactly what `_CLAIM` and `_settle_with_calls` say; tests/integration/test_item_lifecycle.py
-# runs both paths.
+# The texts say exactly what `_CLAIM_DB_CLOCK` and `_settle_with_calls` say (the lease by the database's
+# clock, jobs/clock.py); tests/integration/test_item_lifecycle.py runs both paths.
 _CLAIM_SQL = (
     "UPDATE items SET status = 'running', attempts = attempts + 1, tries = tries + 1, not_before = NULL, "
-    "lease_until = %(lease_to)s "
+    "lease_until = now() + %(lease_for)s "
     "WHERE id = %(item_id)s AND status = 'pending' AND tries < %(max_tries)s AND EXISTS ("
     "SELECT FROM jobs WHERE jobs.id = items.job_id AND jobs.status NOT IN ('cancelling', 'cancelled')) "
     "RETURNING job_id, attempts, stage, mode, custom_id, input, dedupe_key"
@@ -299,10 +314,18 @@ def try_claim(
     """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
     one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
     caller then runs `claim_item` in a transaction to apply the other rules."""
-    params = {"item_id": item_id, "max_tries": max_tries, "lease_to": utcnow() + timedelta(seconds=lease_s)}
-    if _driver_level(session):
+    if _driver_level(session):  # Postgres: the lease by the database's clock (jobs/clock.py)
+        params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
         claimed = _on_driver(cast(Connection, session), _CLAIM_SQL, params).fetchone()
+    elif uses_database_clock(session):
+        params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
+        claimed = session.execute(_CLAIM_DB_CLOCK, params).first()
     else:
+        params = {
+            "item_id": item_id,
+            "max_tries": max_tries,
+            "lease_to": utcnow() + timedelta(seconds=lease_s),
+        }
         claimed = session.execute(_CLAIM, params).first()
     if claimed is None:
         return None
@@ -378,7 +401,7 @@ def extend_leases(session: Session, held: Sequence[tuple[int, int]], lease_s: fl
     result = session.execute(
         update(Item)
         .where(Item.status == "running", tuple_(Item.id, Item.attempts).in_(list(held)))
-        .values(lease_until=utcnow() + timedelta(seconds=lease_s))
+        .values(lease_until=after(session, lease_s))
     )
     return int(getattr(result, "rowcount", 0) or 0)
 

@@ -13,7 +13,7 @@ SQL so that Postgres can prove a prepared statement matches the index predicate.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from sqlalchemy import func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
 
 from checks.fairness import Priority
+from jobs.clock import after, now_of
 from models import ApiCall, Item, ItemStatus, Job, JobStatus, Tenant, utcnow
 from models.jobs import IN_FLIGHT_SQL, READY_SQL
 
@@ -83,12 +84,17 @@ def live_jobs(session: Session) -> list[LiveJob]:
     ]
 
 
-def in_flight(session: Session, scope: str) -> int:
-    """Items dispatched in `scope` and not settled yet (waiting in the broker, or running)."""
-    return int(
-        session.scalar(select(func.count()).select_from(Item).where(Item.scope == scope, text(IN_FLIGHT_SQL)))
-        or 0
-    )
+def in_flight(session: Session, scope: str, lost: Collection[int] = ()) -> int:
+    """Items dispatched in `scope` and not settled yet (waiting in the broker, or running).
+
+    `lost`: items held by hosts that went silent (workers/leases.py:silent_hosts). Those still running do
+    not count: their host is frozen or cut off, so they take no upstream slot now, and counting them kept a
+    scope below its rate until their leases ran out. They stay running and their host's (the lease token
+    decides who writes); only the count leaves them out."""
+    statement = select(func.count()).select_from(Item).where(Item.scope == scope, text(IN_FLIGHT_SQL))
+    if lost:
+        statement = statement.where(~(Item.id.in_(sorted(lost)) & (Item.status == "running")))
+    return int(session.scalar(statement) or 0)
 
 
 def ready_items(
@@ -134,7 +140,7 @@ def mark_dispatched(session: Session, item_ids: Iterable[int], scope: str) -> se
     ids = list(item_ids)
     if not ids:
         return set()
-    now = utcnow()
+    now = now_of(session)  # the database's clock: the sweeper on another host reads these marks
     marked = {
         int(i)
         for (i,) in session.execute(
@@ -180,7 +186,7 @@ def forget_stale_dispatches(session: Session, older_than_s: float) -> int:
     """Pending items dispatched more than `older_than_s` ago whose message was probably lost (Redis flushed,
     a killed worker's prefetched message): they become dispatchable again. If the old message does turn up,
     claiming is conditional, so the item still runs once. 0 forgets every pending dispatch."""
-    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    cutoff = after(session, -older_than_s)
     result = session.execute(
         update(Item)
         .where(Item.status == "pending", Item.enqueued_at.is_not(None), Item.enqueued_at <= cutoff)

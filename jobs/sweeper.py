@@ -10,6 +10,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from jobs.bulk_load import build_lock_sql
+from jobs.clock import now_of
 from models import JOB_LIVE_STATUSES, Item, Job, JobStatus, utcnow
 
 
@@ -17,11 +18,12 @@ def expire_leases(session: Session) -> int:
     """Running items whose lease ran out (worker killed, machine lost) become pending again.
 
     They are marked undispatched so the next dispatch enqueues them; if the lost worker comes back,
-    its write fails the lease-token check.
+    its write fails the lease-token check. Leases are counted by the database's clock (jobs/clock.py), so
+    neither this host's clock nor the worker's decides when one ran out.
     """
     result = session.execute(
         update(Item)
-        .where(Item.status == "running", Item.lease_until < utcnow())
+        .where(Item.status == "running", Item.lease_until < now_of(session))
         .values(status="pending", lease_until=None, enqueued_at=None, error="lease expired; re-driven")
     )
     return int(getattr(result, "rowcount", 0) or 0)

@@ -99,7 +99,12 @@ class DispatcherStep(bootsteps.StartStopStep):
 
     def start(self, parent: Any) -> None:
         if self.dispatcher is None:
-            self.dispatcher = Dispatcher(get_context(parent.app), parent.app).start()
+            ctx = get_context(parent.app)
+            # Beat as a host from the start, naming the items received and not started too, so that a
+            # host that goes silent has its slots freed by the leader (workers/leases.py).
+            ctx.leases.watch_waiting(waiting_items)
+            ctx.leases.start()
+            self.dispatcher = Dispatcher(ctx, parent.app).start()
 
     def stop(self, parent: Any) -> None:
         if self.dispatcher is not None:

@@ -187,7 +187,7 @@ def build_context(settings: Settings) -> WorkerContext:
         redis=rds,
         limiter=limiter,
         client=client,
-        leases=LeaseKeeper(sessions, settings.lease_s),
+        leases=LeaseKeeper(sessions, settings.lease_s, redis=rds),
         waits=waits,
     )
 

@@ -10,10 +10,21 @@ then jobs — pick which jobs the next items come from. Each job's picks go out 
 `run_item` tasks whose body (`after_window`) moves the job's questions on and finalizes it when done.
 
 One dispatcher leads at a time: every worker process runs this loop, and a Redis lock with a short expiry
-elects the leader, so a killed worker's loop is replaced within seconds. The fairness state lives in the
-leader's memory; a new leader starts a fresh round, which costs nothing but one round of perfect fairness.
-Redis stays a hint: an epoch key that vanishes (Redis flushed or restarted empty) means every queued
-message is gone, so the leader forgets every pending dispatch at once and sends those items again.
+elects the leader, so a killed worker's loop is replaced within seconds.
+
+A leader can lose its lock without knowing it: paused (SIGSTOP, a long stall), cut off, or with its wall
+clock off. So leadership is fenced. Each reign has a term, taken with the lock in one script and larger
+than every earlier one (at least Redis's own TIME in ms, so a Redis restarted empty still moves it on);
+the lock's expiry is Redis's arithmetic, and the leader counts its own validity from before the call that
+took or renewed the lock on its monotonic clock, never its wall clock (`still_leading`). A tick re-checks
+before it marks and before it sends, and undoes its marks when the lock may have lapsed meanwhile. Every
+`run_item` it sends carries the term (`epoch`), and a worker refuses a message of an older term
+(`refuse_stale_dispatch`): the item's dispatch is forgotten, and the current leader sends it again.
+
+The fairness state lives in the leader's memory; a new leader starts a fresh round, which costs nothing
+but one round of perfect fairness. Redis stays a hint: an epoch key that vanishes (Redis flushed or
+restarted empty) means every queued message is gone, so the leader forgets every pending dispatch at once
+and sends those items again.
 
 Scopes never block each other: each has its own bound, so a burst of Agent work can hold at most its own
 scope's few items and threads, and Decisions work keeps flowing beside it.
@@ -23,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 import threading
 import time
@@ -44,6 +56,7 @@ from jobs.scheduling import LiveJob, Ready
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
+from workers.leases import HOST_SILENT_S, silent_hosts
 from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
@@ -51,7 +64,12 @@ log = logging.getLogger("factgate.workers")
 ENDPOINTS = ("decisions", "agent", "search")
 LEADER_KEY = "factgate:dispatch:leader"
 EPOCH_KEY = "factgate:dispatch:epoch"
-LEADER_TTL_MS = 5_000
+TERM_KEY = "factgate:dispatch:term"
+# Short, so that another host leads within a few seconds of the leader going silent; the lock is renewed
+# every loop (50 ms while busy), so only a leader stalled for seconds loses it.
+LEADER_TTL_MS = 2_000
+FENCE_MARGIN_S = 0.5  # a leader stops sending this long before its lock could have expired
+TERM_CACHE_S = 0.25  # how long a worker trusts the term it read (one Redis GET per item otherwise)
 # Time from dispatch to the POST (broker hop, claim, limiter hand-off): items in flight beyond rate × latency
 # so that a slot never opens with nobody ready to take it.
 LEAD_S = 0.5
@@ -61,7 +79,47 @@ LATENCY_REFRESH_S = 2.0
 SCHEDULE_REFRESH_S = 2.0
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
+HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/leases.py)
 DEFAULT_LATENCY_S = 1.0
+
+# Take the lock and open a new term in one step: the term exceeds every earlier one and Redis's clock in ms
+# (so it keeps growing across a Redis that restarted empty). 0 when another process holds the lock.
+_TAKE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local term = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now)
+redis.call('SET', KEYS[2], term)
+return term
+"""
+_term_seen: tuple[float, int] = (-1e9, 0)  # (monotonic time, term): a worker process's latest read
+
+
+def current_term(rds: Any, max_age_s: float = TERM_CACHE_S) -> int:
+    """The term of the reign now (0 if none yet), read at most every `max_age_s`."""
+    global _term_seen  # noqa: PLW0603 - one small cache per process, replaced whole
+    now = time.monotonic()
+    if now - _term_seen[0] >= max_age_s:
+        raw = rds.get(TERM_KEY)
+        _term_seen = (now, int(raw) if raw is not None else 0)
+    return _term_seen[1]
+
+
+def refuse_stale_dispatch(
+    ctx: WorkerContext, item_id: int, epoch: int | None, max_age_s: float = TERM_CACHE_S
+) -> bool:
+    """True (and the item's dispatch forgotten, so the current leader sends it again) when a `run_item`
+    message comes from an older reign than the current one: a leader that lost its lock while paused or
+    cut off sends nothing that counts. Messages without a term (sent before this check existed) pass."""
+    if epoch is None or epoch >= current_term(ctx.redis, max_age_s):
+        return False
+    with session_scope(ctx.sessions) as session:
+        scheduling.forget_dispatches(session, [item_id])
+    log.warning("item %s: dispatched in term %s, an older one than the current; refused", item_id, epoch)
+    return True
+
 
 # Renew the lock only if we still hold it (compare-and-expire in one step).
 _RENEW = """
@@ -113,7 +171,9 @@ class Dispatcher:
         self.max_in_flight = settings.dispatch_max_in_flight
         self.window = max(1, settings.chord_size)
         self._send = send or self._send_chord
-        self._token = secrets.token_hex(8)
+        # The lock's value names the process that holds it (its pid first), so an operator — or the
+        # multi-host drill, scripts/drill/ — can tell which host leads.
+        self._token = f"{os.getpid()}:{secrets.token_hex(8)}"
         self._scopes: dict[str, _Scope] = {}
         self._latency: dict[str, float] = {}
         self._latency_at = 0.0
@@ -121,10 +181,18 @@ class Dispatcher:
         self._holds: dict[uuid.UUID, Hold] = {}
         self._holds_at = 0.0
         self._sent: deque[tuple[float, uuid.UUID, int]] = deque()  # (monotonic time, job, items) for rates
+        # Items of silent hosts (workers/leases.py): their running ones take no slot; refreshed every
+        # HOSTS_REFRESH_S, with the hosts already seen silent (their not-started items were sent again).
+        self._lost: set[int] = set()
+        self._lost_hosts: set[str] = set()
+        self._lost_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = ctx.redis.register_script(_RENEW)
+        self._take = ctx.redis.register_script(_TAKE)
         self.leading = False
+        self.term = 0  # this reign's term, carried by every message it sends
+        self._valid_until = 0.0  # monotonic: until then the lock cannot have expired
         # An item task returns nothing anyone reads: its outcome is in the database. Storing it cost a
         # GET, a SET and a PUBLISH per item. The Redis backend joins a chord from the header's own
         # returns (its chord counter), so there the results need not be stored (`ignore_result`); the
@@ -169,14 +237,22 @@ class Dispatcher:
 
     def lead(self) -> bool:
         """Take or keep the leader lock; True while this process leads."""
-        rds = self.ctx.redis
+        asked = time.monotonic()  # before the call: Redis starts the expiry later than this, never sooner
         if self.leading and self._renew(keys=[LEADER_KEY], args=[self._token, LEADER_TTL_MS]):
+            self._valid_until = asked + LEADER_TTL_MS / 1000 - FENCE_MARGIN_S
             return True
-        self.leading = bool(rds.set(LEADER_KEY, self._token, nx=True, px=LEADER_TTL_MS))
+        term = int(self._take(keys=[LEADER_KEY, TERM_KEY], args=[self._token, LEADER_TTL_MS]) or 0)
+        self.leading = term > 0
         if self.leading:
+            self.term = term
+            self._valid_until = asked + LEADER_TTL_MS / 1000 - FENCE_MARGIN_S
             self._scopes.clear()  # a new reign starts a fresh round
-            log.info("dispatcher: this worker now leads")
+            log.info("dispatcher: this worker now leads (term %d)", term)
         return self.leading
+
+    def still_leading(self) -> bool:
+        """Whether the lock is surely still ours, by this host's monotonic clock since the last renewal."""
+        return self.leading and time.monotonic() < self._valid_until
 
     # --- one round --------------------------------------------------------------------------------
 
@@ -225,6 +301,31 @@ class Dispatcher:
             self._holds = scheduling_holds(session, budgeted, utcnow())
         self._holds_at = now
 
+    def _refresh_lost(self, now: float) -> None:
+        """Which hosts went silent, and the items they held: their running items no longer count in flight,
+        and their received-but-not-started items are made dispatchable again at once (whoever claims one
+        first runs it; the other copy finds it taken)."""
+        if now - self._lost_at < HOSTS_REFRESH_S:
+            return
+        self._lost_at = now
+        forget_s = max(2.0 * self.ctx.settings.lease_s, 120.0)
+        silent = silent_hosts(self.ctx.redis, HOST_SILENT_S, forget_s)
+        newly = {h: ids for h, ids in silent.items() if h not in self._lost_hosts and ids}
+        if newly:
+            ids = sorted({i for items in newly.values() for i in items})
+            with session_scope(self.ctx.sessions) as session:
+                resent = scheduling.forget_dispatches(session, ids)
+            log.warning(
+                "dispatcher: host %s silent for over %.1f s; its %d items take no slot, %d not started are "
+                "sent again",
+                ", ".join(sorted(newly)),
+                HOST_SILENT_S,
+                len(ids),
+                resent,
+            )
+        self._lost_hosts = set(silent)
+        self._lost = {i for items in silent.values() for i in items}
+
     def tick(self) -> bool:
         """One round: for each scope with free slots, allocate them fairly and send the picks.
 
@@ -239,6 +340,7 @@ class Dispatcher:
             self._scopes.clear()
             return False
         self._refresh_holds(jobs, now)
+        self._refresh_lost(now)
         weights = {str(j.tenant_id): j.weight for j in jobs}
         by_scope: dict[str, tuple[str, list[LiveJob]]] = {}
         for endpoint in ENDPOINTS:
@@ -262,8 +364,10 @@ class Dispatcher:
     def _dispatch_scope(
         self, scope: str, endpoint: str, jobs: list[LiveJob], weights: Mapping[str, float]
     ) -> int:
+        if not self.still_leading():
+            return 0  # the lock may have lapsed during this tick (a pause, a stall): mark nothing
         with session_scope(self.ctx.sessions) as session:
-            free = self.target(endpoint) - scheduling.in_flight(session, scope)
+            free = self.target(endpoint) - scheduling.in_flight(session, scope, self._lost)
             if free <= 0:
                 return 0
             # One more than can be sent: a job that gets every free slot and still has work must not look
@@ -308,6 +412,12 @@ class Dispatcher:
         go out finds its item already taken or done: claims are conditional)."""
         if not windows:
             return 0
+        if not self.still_leading():
+            # Marked while leading, but the lock may have passed on since: send nothing, undo the marks.
+            with session_scope(self.ctx.sessions) as session:
+                scheduling.forget_dispatches(session, [r.id for _job, window in windows for r in window])
+            log.warning("dispatcher: the lock may have lapsed; %d windows not sent", len(windows))
+            return 0
         try:
             with self.app.producer_or_acquire() as producer, producer.batch():
                 for job_id, window in windows:
@@ -337,9 +447,14 @@ class Dispatcher:
             immutable=True,
         )
         if not self._redis_backend:
-            chord([self.app.signature("factgate.run_item", args=(r.id,), immutable=True) for r in window])(
-                body
-            )
+            chord(
+                [
+                    self.app.signature(
+                        "factgate.run_item", args=(r.id,), kwargs={"epoch": self.term}, immutable=True
+                    )
+                    for r in window
+                ]
+            )(body)
             return
         group_id = str(uuid.uuid4())
         self.app.backend.set_chord_size(group_id, len(window))
@@ -347,6 +462,7 @@ class Dispatcher:
             self.app.send_task(
                 "factgate.run_item",
                 args=(r.id,),
+                kwargs={"epoch": self.term},  # the reign's term: a worker refuses an older one
                 group_id=group_id,
                 group_index=index,
                 # The chord's body, as Celery's own group sends it (celery-types says `chord`).

@@ -6,15 +6,30 @@ a rate-limiter wait) can outlive any fixed lease, so each worker process runs on
 every third of a lease, pushes the leases of everything it holds in one UPDATE. Only a worker that stopped
 (killed, frozen, cut off from the database) lets its leases run out — which is exactly when another worker
 should take over.
+
+A lease of minutes is right for handing an item to another worker (a worker that is only slow must never
+lose an item it is still calling for), but wrong for counting what is in flight: the dispatcher keeps each
+scope's target of items dispatched and unsettled, and the items of a host that went silent — frozen, cut
+off, killed — kept their slots until their leases ran out, so one host left ran at a fraction of the
+limit. So each process also beats, every HOST_BEAT_S, in Redis (`host_beat`): the items it holds and the
+items it received and has not started, stamped with Redis's own clock (TIME, never a host's wall clock). A
+host whose beat is older than HOST_SILENT_S is silent (`silent_hosts`): the dispatcher stops counting its
+running items against the scope and sends its not-started items again (workers/dispatcher.py). Nothing is
+taken from it: its running items stay its own, and the lease token still decides who writes, so an item is
+never sent twice because a host went quiet; if the host comes back, its items count again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import redis as redis_lib
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.items import extend_leases
@@ -23,6 +38,60 @@ from models import session_scope
 log = logging.getLogger("factgate.workers")
 
 MIN_BEAT_S = 0.5
+HOSTS_KEY = "factgate:hosts"  # sorted set: process id -> its last beat, in ms of Redis time
+HOST_KEY = "factgate:host:{}"  # per process: JSON list of the item ids it holds or has received
+HOST_BEAT_S = 0.5
+# Silent after this long without a beat: four missed beats, longer than a garbage collection or a busy
+# moment of a loaded host, shorter than the leader lock's expiry (workers/dispatcher.py), so that by the
+# time another host leads, the silent one's slots are already free.
+HOST_SILENT_S = 2.0
+
+# Record this process's items, stamped with Redis time; the record outlives the beat (a silent host's items
+# must stay known) for as long as a lease can.
+_HOST_BEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return now
+"""
+# The hosts silent for more than ARGV[1] ms and their records; hosts silent for more than ARGV[2] ms are
+# forgotten (their leases have run out: the sweeper has their items).
+_SILENT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('GET', ARGV[3] .. id) or '[]'
+end
+return out
+"""
+
+
+def process_id() -> str:
+    """This process's name in the host registry: its pid (what an operator can find) and a random part."""
+    return f"{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def silent_hosts(rds: redis_lib.Redis, silent_s: float, forget_s: float) -> dict[str, list[int]]:
+    """Processes whose last beat is older than `silent_s` (by Redis's clock), with the items they held or had
+    received then. Records older than `forget_s` are dropped on the way."""
+    script = rds.register_script(_SILENT)
+    flat = script(
+        keys=[HOSTS_KEY],
+        args=[int(silent_s * 1000), int(forget_s * 1000), HOST_KEY.format("")],
+    )
+    out: dict[str, list[int]] = {}
+    for i in range(0, len(flat) - 1, 2):
+        name = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
+        try:
+            out[name] = [int(x) for x in json.loads(flat[i + 1])]
+        except (TypeError, ValueError):
+            out[name] = []
+    return out
 
 
 class LeaseKeeper:
@@ -35,6 +104,8 @@ class LeaseKeeper:
         *,
         beat_s: float | None = None,
         renew: Callable[[Session, list[tuple[int, int]], float], int] = extend_leases,
+        redis: redis_lib.Redis | None = None,
+        host_beat_s: float = HOST_BEAT_S,
     ) -> None:
         self._sessions = sessions
         self._lease_s = float(lease_s)
@@ -44,6 +115,49 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The host beat (module docstring): its own thread, so that a database outage that holds a lease
+        # renewal does not silence the host, nor a Redis outage the renewals.
+        self._redis = redis
+        self.host_beat_s = host_beat_s
+        self.name = process_id()
+        self._waiting: Callable[[], list[int]] = list
+        self._host_thread: threading.Thread | None = None
+        self._host_beat = redis.register_script(_HOST_BEAT) if redis is not None else None
+
+    def watch_waiting(self, waiting: Callable[[], list[int]]) -> None:
+        """Where the ids of the items received and not started come from (workers/bootsteps.py)."""
+        self._waiting = waiting
+
+    def start(self) -> None:
+        """Start beating as a host now (a worker does at start-up: its received items count from then)."""
+        with self._lock:
+            self._start_threads()
+
+    def _start_threads(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="factgate-lease-keeper", daemon=True)
+            self._thread.start()
+        if self._host_thread is None and self._host_beat is not None:
+            self._host_thread = threading.Thread(
+                target=self._run_host, name="factgate-host-beat", daemon=True
+            )
+            self._host_thread.start()
+
+    def host_beat(self) -> None:
+        """Tell the other hosts, through Redis, that this one is alive and what it holds."""
+        if self._host_beat is None:
+            return
+        items = sorted({i for i, _token in self.held()} | set(self._waiting()))
+        record_ms = int(max(self._lease_s, 60.0) * 2000)
+        keys = [HOSTS_KEY, HOST_KEY.format(self.name)]
+        self._host_beat(keys=keys, args=[self.name, json.dumps(items), record_ms])
+
+    def _run_host(self) -> None:
+        while not self._stop.wait(self.host_beat_s):
+            try:
+                self.host_beat()
+            except Exception:  # Redis away: the other hosts see this one silent, which is the truth
+                log.debug("could not beat as a host", exc_info=True)
 
     @contextmanager
     def hold(self, item_id: int, token: int) -> Iterator[None]:
@@ -51,8 +165,7 @@ class LeaseKeeper:
         with self._lock:
             self._held[item_id] = token
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="factgate-lease-keeper", daemon=True)
-                self._thread.start()
+                self._start_threads()
         try:
             yield
         finally:
@@ -84,3 +197,11 @@ class LeaseKeeper:
         thread = self._thread
         if thread is not None:
             thread.join(self.beat_s + 1.0)
+        if self._host_thread is not None:
+            self._host_thread.join(self.host_beat_s + 1.0)
+        if self._redis is not None:
+            try:  # a stopped host leaves the registry (a killed one is forgotten after its leases)
+                self._redis.zrem(HOSTS_KEY, self.name)
+                self._redis.delete(HOST_KEY.format(self.name))
+            except Exception:
+                log.debug("could not leave the host registry", exc_info=True)

@@ -56,6 +56,7 @@ from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from jobs.webhooks import created_in
 from models import autocommit_scope, session_scope, utcnow
 from workers.context import WorkerContext, get_context
+from workers.dispatcher import refuse_stale_dispatch
 from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault, service_of
 from workers.kinds import handler_for
@@ -412,8 +413,11 @@ def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
 
 
 @shared_task(name="factgate.run_item")
-def run_item(item_id: int) -> None:
+def run_item(item_id: int, epoch: int | None = None) -> None:
     """Run one item. Never raises into the chord: every failure is recorded on the item.
+
+    `epoch` is the term of the dispatcher that sent it; a message of an older term (a leader that lost its
+    lock) is refused before anything is claimed (workers/dispatcher.py:refuse_stale_dispatch).
 
     The item is claimed (or failed, when it has used every try), its lease is kept alive while the handler
     runs, and the outcome is stored with its calls. A transient failure gives the item back with a time
@@ -423,6 +427,8 @@ def run_item(item_id: int) -> None:
     lease_s, max_tries = ctx.settings.lease_s, ctx.settings.max_item_attempts
     claim: ClaimedItem | Exhausted | None
     try:
+        if refuse_stale_dispatch(ctx, item_id, epoch):
+            return
         # The common case is one UPDATE on its own; when it misses, the other rules (cancelled, out of
         # tries, not pending) apply in a transaction.
         with autocommit_scope(ctx.engine) as session:

@@ -1,0 +1,225 @@
+"""A host that goes silent gives its in-flight slots back (workers/leases.py, workers/dispatcher.py).
+
+The dispatcher runs against real Postgres with its sends recorded (no worker); "hosts" are LeaseKeepers
+beating into the context's Redis store, and a host is made silent by moving its last beat back in time,
+so nothing here waits on a clock."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, select
+
+import jobs.items
+from config import Settings
+from jobs.intake import UnitSpec, create_job
+from jobs.items import extend_leases, try_claim
+from jobs.scheduling import Ready
+from jobs.sweeper import expire_leases
+from jobs.tenancy import get_or_create_tenant
+from models import Item, autocommit_scope, session_scope, utcnow
+from models.db import make_session_factory
+from tests.integration.stack import fresh_database
+from workers.app import make_celery
+from workers.context import build_context
+from workers.dispatcher import LEADER_KEY, Dispatcher, refuse_stale_dispatch
+from workers.leases import HOST_SILENT_S, HOSTS_KEY, LeaseKeeper
+
+pytestmark = [pytest.mark.integration]
+
+TARGET = 4
+
+
+@pytest.fixture
+def db() -> Iterator[tuple[str, Engine]]:
+    with fresh_database() as pair:
+        yield pair
+
+
+def _job(engine: Engine, n: int) -> uuid.UUID:
+    with session_scope(make_session_factory(engine)) as s:
+        tenant = get_or_create_tenant(s, "hosts")
+        units = [
+            UnitSpec(stage="claim", custom_id=f"c{i}", mode="ungrounded", input={"claim": f"claim {i}"})
+            for i in range(n)
+        ]
+        job, _ = create_job(s, tenant_id=tenant.id, kind="claims", options={}, units=units)
+        return job.id
+
+
+class Harness:
+    """A leading dispatcher with a fixed target whose sends are recorded (item ids, in order)."""
+
+    def __init__(self, url: str) -> None:
+        settings = Settings(database_url=url)
+        self.ctx = build_context(settings)
+        self.sent: list[int] = []
+        self.dispatcher = Dispatcher(self.ctx, make_celery(settings, with_tasks=False), send=self._record)
+        self.dispatcher.target = lambda endpoint: TARGET  # type: ignore[method-assign]
+        self.ctx.redis.delete(LEADER_KEY)  # the process's embedded store: another module's leader may remain
+        assert self.dispatcher.lead()
+
+    def _record(self, _job_id: uuid.UUID, window: list[Ready], _producer: object) -> None:
+        self.sent.extend(r.id for r in window)
+
+    def tick(self) -> list[int]:
+        """One round, looking at the host registry afresh; the ids this round sent."""
+        before = len(self.sent)
+        self.dispatcher._lost_at = 0.0  # the registry is read every HOSTS_REFRESH_S; tests do not wait
+        self.dispatcher.tick()
+        return self.sent[before:]
+
+    def close(self) -> None:
+        self.dispatcher.stop()  # releases the lock: the embedded store lives as long as the process
+        self.ctx.close()
+
+    def host(self) -> LeaseKeeper:
+        return LeaseKeeper(self.ctx.sessions, 300, redis=self.ctx.redis)
+
+    def silence(self, host: LeaseKeeper) -> None:
+        """Move the host's last beat back past HOST_SILENT_S, by the store's own clock."""
+        seconds, micros = self.ctx.redis.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        self.ctx.redis.zadd(HOSTS_KEY, {host.name: now_ms - int((HOST_SILENT_S + 5) * 1000)})
+
+
+def _rows(engine: Engine, ids: list[int]) -> dict[int, tuple[str, int]]:
+    with session_scope(make_session_factory(engine)) as s:
+        return {
+            i: (str(st), int(a))
+            for i, st, a in s.execute(select(Item.id, Item.status, Item.attempts).where(Item.id.in_(ids)))
+        }
+
+
+def test_a_silent_hosts_running_items_free_their_slots_and_stay_its_own(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    _job(engine, 20)
+    harness = Harness(url)
+    host = harness.host()
+    try:
+        first = harness.tick()
+        assert len(first) == TARGET
+        with contextlib.ExitStack() as holding:
+            for item_id in first:  # host A claims and runs them
+                with autocommit_scope(harness.ctx.engine) as c:
+                    claimed = try_claim(c, item_id, 300)
+                assert claimed is not None
+                holding.enter_context(host.hold(claimed.id, claimed.token))
+            host.host_beat()
+            assert harness.tick() == []  # a live host's running items fill the scope
+
+            harness.silence(host)
+            freed = harness.tick()
+            assert len(freed) == TARGET and not set(freed) & set(first)  # new items in the freed slots
+            # Nothing was taken from the silent host: its items are still running under its token.
+            assert _rows(engine, first) == {i: ("running", 1) for i in first}
+
+            host.host_beat()  # it comes back: its items count again, so the scope is over its target
+            assert harness.tick() == []
+    finally:
+        host.close()
+        harness.close()
+
+
+def test_a_silent_hosts_items_not_started_are_sent_again(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    _job(engine, 20)
+    harness = Harness(url)
+    host = harness.host()
+    try:
+        first = harness.tick()
+        host.watch_waiting(lambda: list(first))  # received by host A, never started
+        host.host_beat()
+        assert harness.tick() == []
+        harness.silence(host)
+        again = harness.tick()
+        assert sorted(again) == sorted(first)  # the same items, sent again at once
+        assert _rows(engine, first) == {i: ("pending", 0) for i in first}  # one claim each, later
+    finally:
+        host.close()
+        harness.close()
+
+
+# --- fencing: a leader that lost its lock sends nothing that counts ------------------------------------
+
+
+def _dispatched(engine: Engine) -> int:
+    with session_scope(make_session_factory(engine)) as s:
+        return len(list(s.scalars(select(Item.id).where(Item.enqueued_at.is_not(None)))))
+
+
+def test_a_leader_whose_lock_may_have_lapsed_marks_and_sends_nothing(
+    db: tuple[str, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, engine = db
+    _job(engine, 20)
+    harness = Harness(url)
+    try:
+        harness.dispatcher._valid_until = 0.0  # paused past its lock's expiry, as a tick begins
+        assert harness.tick() == [] and _dispatched(engine) == 0
+        assert harness.dispatcher.lead()  # still the holder: renewing makes it valid again
+        assert len(harness.tick()) == TARGET
+
+        # The lock lapses between marking and sending: nothing goes out and the marks are undone.
+        answers = iter([True, False])
+        monkeypatch.setattr(harness.dispatcher, "still_leading", lambda: next(answers, False))
+        harness.dispatcher._lost = set()
+        with session_scope(harness.ctx.sessions) as s:  # free the slots: settle what is in flight
+            for item in s.scalars(select(Item).where(Item.enqueued_at.is_not(None))):
+                item.status = "done"
+        assert harness.tick() == [] and _dispatched(engine) == TARGET  # only the settled ones, marked before
+    finally:
+        harness.close()
+
+
+def test_a_dispatch_of_an_older_term_is_refused_and_sent_again(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    _job(engine, 20)
+    first = Harness(url)
+    try:
+        sent = first.tick()
+        old_term = first.dispatcher.term
+        first.ctx.redis.delete(LEADER_KEY)  # its lock expired while it was away
+        second = Dispatcher(
+            first.ctx, make_celery(Settings(database_url=url), with_tasks=False), send=first._record
+        )
+        assert second.lead() and second.term > old_term
+        assert refuse_stale_dispatch(first.ctx, sent[0], old_term, max_age_s=0)
+        assert not refuse_stale_dispatch(first.ctx, sent[1], second.term, max_age_s=0)
+        assert not refuse_stale_dispatch(first.ctx, sent[2], None, max_age_s=0)  # sent before terms existed
+        with session_scope(first.ctx.sessions) as s:
+            marks = dict(s.execute(select(Item.id, Item.enqueued_at).where(Item.id.in_(sent[:2]))).all())
+        assert marks[sent[0]] is None and marks[sent[1]] is not None  # the refused one is dispatchable again
+        second.stop()
+    finally:
+        first.close()
+
+
+# --- one clock: a worker's wall clock decides nothing --------------------------------------------------
+
+
+def test_a_worker_whose_clock_runs_behind_keeps_its_lease(
+    db: tuple[str, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim and the heartbeat count the lease by the database's clock: a worker 90 s behind, with a
+    60 s lease, used to write leases the sweeper found already run out, and its items ran twice."""
+    _url, engine = db
+    _job(engine, 3)
+    sessions = make_session_factory(engine)
+    with session_scope(sessions) as s:
+        item_id = int(s.scalars(select(Item.id).order_by(Item.id).limit(1)).one())
+    behind = utcnow() - timedelta(seconds=90)
+    monkeypatch.setattr(jobs.items, "utcnow", lambda: behind)  # the worker's clock only
+    with autocommit_scope(engine) as c:
+        claimed = try_claim(c, item_id, 60)
+    assert claimed is not None
+    with session_scope(sessions) as s:
+        assert extend_leases(s, [(claimed.id, claimed.token)], 60) == 1
+    with session_scope(sessions) as s:
+        assert expire_leases(s) == 0  # the sweeper, on a true clock, finds the lease alive
+    with session_scope(sessions) as s:
+        assert s.scalar(select(Item.status).where(Item.id == item_id)) == "running"
