@@ -45,9 +45,10 @@ from web.kinds import CSV_RENDERERS, RESULT_ITERATORS, Renderer
 
 __all__ = [
     "CHUNK_ITEMS",
-    "SEND_BYTES",
     "CSV_RENDERERS",
+    "READ_CHUNKS",
     "RESULT_ITERATORS",
+    "SEND_BYTES",
     "START",
     "AccessEnded",
     "Progress",
@@ -63,6 +64,8 @@ __all__ = [
 AnyPage = ResultPage | Any
 
 CHUNK_ITEMS = 1_000
+# Chunks read by one query: the grant is still asked before each chunk (`read_chunks`).
+READ_CHUNKS = 5
 # About how many characters of rendered lines go out as one piece of the response (stream_job): well under
 # what a chunk of the shortest lines (CSV rows) renders to, so every chunk is sent in pieces as it is read.
 SEND_BYTES = 16 * 1024
@@ -113,26 +116,33 @@ def read_chunks(
     *,
     start: Cursor = START,
     chunk_items: int = CHUNK_ITEMS,
+    read_chunks_at_once: int = READ_CHUNKS,
     allowed: Allowed | None = None,
 ) -> Iterator[Contract | dict[str, Any]]:
-    """Every record after `start`, read `chunk_items` at a time, each chunk in a session closed before
-    its records are yielded (so none is open while the client reads them). Raises `AccessEnded` before a
-    chunk once `allowed` says no."""
+    """Every record after `start`, read `read_chunks_at_once` × `chunk_items` items at a time, each read in
+    a session closed before its records are yielded (so none is open while the client reads them). Raises
+    `AccessEnded` before every `chunk_items` records once `allowed` says no — asked in a short session of
+    its own between the chunks of one read, so the grant is re-checked as often as when each chunk was a
+    read of its own (one query per 1,000 items, a third of an export's time, profiled)."""
     cursor = start
     while True:
         with sessions() as session:
             if allowed is not None and not allowed(session):
                 raise AccessEnded
             job = session.get(Job, job_id)
-            if job is None:  # deleted since the view's check (or between chunks)
+            if job is None:  # deleted since the view's check (or between reads)
                 return
             with gc_paused():
                 page: Sequence[tuple[Cursor, Contract | dict[str, Any]]] = pages(
-                    session, job, cursor, chunk_items
+                    session, job, cursor, chunk_items * read_chunks_at_once
                 )
         if not page:
             return
-        for record_cursor, record in page:
+        for n, (record_cursor, record) in enumerate(page):
+            if n and n % chunk_items == 0 and allowed is not None:
+                with sessions() as session:
+                    if not allowed(session):
+                        raise AccessEnded
             cursor = record_cursor
             progress.count += 1
             custom_id = (
