@@ -10,7 +10,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
-from sqlalchemy import select
+from pydantic_core import from_json
+from sqlalchemy import Text, select
+from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
@@ -162,36 +164,54 @@ def claims_summary(
     )
 
 
+# What a result line reads of each item. The input's three fields are taken out in SQL (typed there: the
+# claim as text, the flags as booleans) and the output comes as its JSON text, decoded once here by
+# pydantic-core's parser: psycopg's JSONB loader decoded both documents with the json module per item, a
+# quarter of an export's time (profiled); `from_json` is ~2.7x faster and gives the same values (floats
+# parsed exactly, as json.loads does).
 _RESULT_COLUMNS = (
     Item.position,
     Item.id,
     Item.custom_id,
     Item.mode,
-    Item.input,
-    Item.output,
+    Item.input["claim"].as_string(),
+    Item.input["label"].as_boolean(),
+    Item.input["in_query"].as_boolean(),
+    cast_(Item.output, Text),
     Item.status,
     Item.error,
 )
-ResultRow = tuple[int, int, str, str, dict[str, Any], dict[str, Any] | None, str, str | None]
+ResultRow = tuple[int, int, str, str, str | None, bool | None, bool | None, str | None, str, str | None]
+
+
+def _verdict(p: object, status: str, smin: float, cmax: float) -> claim_rules.Verdict | None:
+    """`claim_rules.verdict` for a done item's p, the cutoffs checked once per page by the caller: a float
+    in [0, 1] is compared here, anything else goes through the rule (which raises as it always did)."""
+    if p is None or status != "done":
+        return None
+    if type(p) is float and 0.0 <= p <= 1.0:
+        return "supported" if p >= smin else "contradicted" if p <= cmax else "review"
+    return claim_rules.verdict(p, smin, cmax)  # type: ignore[arg-type]
 
 
 def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]:
     """One mode's result of a claim, from its item's row (`_RESULT_COLUMNS`)."""
     smin, cmax = cutoffs
-    _pos, _id, _cid, _mode, input_, output, status, error = row
+    in_query, output_text, status, error = row[6:]
+    output = None if output_text is None else from_json(output_text)
     o = output or {}
     p = o.get("p")
     usage = item_usage_of(output)
     return {
         "status": status,
         "p": p,
-        "verdict": claim_rules.verdict(p, smin, cmax) if p is not None and status == "done" else None,
+        "verdict": _verdict(p, status, smin, cmax),
         "request_id": o.get("request_id"),
         "request_ids": o.get("request_ids", []),
         "attempts": int(usage.get("attempts") or 0),
         "input_tokens": o.get("input_tokens"),
         "usage": usage,
-        "in_query": input_.get("in_query"),
+        "in_query": in_query,
         "sources": o.get("sources", []),
         "error": error if status != "done" else None,
     }
@@ -200,22 +220,19 @@ def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]
 def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[int, int], ClaimResult]]:
     """One result line per claim (all modes merged: a claim's modes have consecutive positions), each
     with the (position, id) of its last item: the keyset cursor that resumes after it. Every line is
-    validated by its contract (`ClaimResult`) as it is built."""
+    validated by its contract (`ClaimResult`) as it is built: pydantic-core does so in ~5 µs, a sixth of a
+    line's cost (measured; building the model unvalidated was no cheaper)."""
     smin = float(job.options.get("supported_min", 0.8))
     cmax = float(job.options.get("contradicted_max", 0.2))
+    claim_rules.validate_cutoffs(smin, cmax)  # once, for `_verdict`
     current: dict[str, Any] | None = None
     cursor = (-1, -1)
     for row in rows:
-        pos, item_id, custom_id, mode, input_ = row[:5]
+        pos, item_id, custom_id, mode, claim, label = row[:6]
         if current is None or current["custom_id"] != custom_id:
             if current is not None:
                 yield cursor, ClaimResult.model_validate(current)
-            current = {
-                "custom_id": custom_id,
-                "claim": input_.get("claim"),
-                "label": input_.get("label"),
-                "results": {},
-            }
+            current = {"custom_id": custom_id, "claim": claim, "label": label, "results": {}}
         current["results"][mode] = _mode_result((smin, cmax), row)
         cursor = (pos, item_id)
     if current is not None:

@@ -23,6 +23,8 @@ Every export ends with a trailer, so a truncated transfer never looks complete:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import uuid
@@ -44,7 +46,9 @@ from web.kinds import CSV_RENDERERS, RESULT_ITERATORS, Renderer
 __all__ = [
     "CHUNK_ITEMS",
     "CSV_RENDERERS",
+    "READ_CHUNKS",
     "RESULT_ITERATORS",
+    "SEND_BYTES",
     "START",
     "AccessEnded",
     "Progress",
@@ -60,6 +64,11 @@ __all__ = [
 AnyPage = ResultPage | Any
 
 CHUNK_ITEMS = 1_000
+# Chunks read by one query: the grant is still asked before each chunk (`read_chunks`).
+READ_CHUNKS = 5
+# About how many characters of rendered lines go out as one piece of the response (stream_job): well under
+# what a chunk of the shortest lines (CSV rows) renders to, so every chunk is sent in pieces as it is read.
+SEND_BYTES = 16 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +89,25 @@ class Progress:
     last_id: str | None = None
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a page is built (and on again after, whatever happens).
+
+    A page's records are thousands of small containers (dicts, lists, models) that all stay alive until the
+    page is sent, so the collector ran its generations over them again and again as they accumulated — a
+    third of an export's CPU (measured on 50,000 lines: 1.77 s with it, 1.17 s without). They hold no
+    reference cycles, so reference counting frees them all as before; nothing is left for the collector.
+    """
+    if not gc.isenabled():  # paused already (a nested call, or a process that runs without it)
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def read_chunks(
     sessions: sessionmaker[Session],
     job_id: uuid.UUID,
@@ -88,25 +116,33 @@ def read_chunks(
     *,
     start: Cursor = START,
     chunk_items: int = CHUNK_ITEMS,
+    read_chunks_at_once: int = READ_CHUNKS,
     allowed: Allowed | None = None,
 ) -> Iterator[Contract | dict[str, Any]]:
-    """Every record after `start`, read `chunk_items` at a time, each chunk in a session closed before
-    its records are yielded (so none is open while the client reads them). Raises `AccessEnded` before a
-    chunk once `allowed` says no."""
+    """Every record after `start`, read `read_chunks_at_once` × `chunk_items` items at a time, each read in
+    a session closed before its records are yielded (so none is open while the client reads them). Raises
+    `AccessEnded` before every `chunk_items` records once `allowed` says no — asked in a short session of
+    its own between the chunks of one read, so the grant is re-checked as often as when each chunk was a
+    read of its own (one query per 1,000 items, a third of an export's time, profiled)."""
     cursor = start
     while True:
         with sessions() as session:
             if allowed is not None and not allowed(session):
                 raise AccessEnded
             job = session.get(Job, job_id)
-            if job is None:  # deleted since the view's check (or between chunks)
+            if job is None:  # deleted since the view's check (or between reads)
                 return
-            page: Sequence[tuple[Cursor, Contract | dict[str, Any]]] = pages(
-                session, job, cursor, chunk_items
-            )
+            with gc_paused():
+                page: Sequence[tuple[Cursor, Contract | dict[str, Any]]] = pages(
+                    session, job, cursor, chunk_items * read_chunks_at_once
+                )
         if not page:
             return
-        for record_cursor, record in page:
+        for n, (record_cursor, record) in enumerate(page):
+            if n and n % chunk_items == 0 and allowed is not None:
+                with sessions() as session:
+                    if not allowed(session):
+                        raise AccessEnded
             cursor = record_cursor
             progress.count += 1
             custom_id = (
@@ -182,14 +218,28 @@ def stream_job(
     `#end` row: the reader sees an incomplete download, as after a lost connection, and can no longer resume
     it with that grant."""
     progress = Progress(after=after)
+    pieces: list[str] = []
+    size = 0
     try:
-        yield from render(read_chunks(sessions, job_id, pages, progress, start=start, allowed=allowed))
+        for piece in render(read_chunks(sessions, job_id, pages, progress, start=start, allowed=allowed)):
+            # Sent in pieces of about `SEND_BYTES`, not line by line: the WSGI server writes every piece a
+            # response iterable yields as a chunk of its own (a send each), once per line of a million.
+            pieces.append(piece)
+            size += len(piece)
+            if size >= SEND_BYTES:
+                yield "".join(pieces)
+                pieces.clear()
+                size = 0
     except AccessEnded:
         log.info(
             "export of job %s stopped after %d records: the caller's access ended",
             job_id,
             progress.count,
         )
+        if pieces:  # the rest of the last chunk read while access lasted, as before
+            yield "".join(pieces)
         return
     if render is ndjson_lines:
-        yield ndjson_trailer(progress)
+        pieces.append(ndjson_trailer(progress))
+    if pieces:
+        yield "".join(pieces)
