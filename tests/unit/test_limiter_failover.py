@@ -9,6 +9,8 @@ mean "a burst's worth of free slots" fails here.
 
 from __future__ import annotations
 
+import itertools
+
 import fakeredis
 import pytest
 
@@ -30,7 +32,7 @@ def _slots(limiter: RateLimiter, scope: str, n: int) -> tuple[list[int], int]:
 def _assert_paced_from(slots: list[int], now_us: int) -> None:
     interval = int(US / RATE)
     assert slots[0] >= now_us
-    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
     assert min(gaps) >= interval, gaps  # no two slots closer than 1/r: no burst
     # ... and no more than ceil(r) in any one second from the first.
     assert sum(1 for s in slots if s < slots[0] + US) <= RATE
