@@ -17,10 +17,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import redis as redis_lib
+from celery.backends.redis import RedisBackend
 
 from config import Settings
 from config.redis_url import redis_client
@@ -74,11 +75,12 @@ class Group:
     def direct(self, port: int) -> redis_lib.Redis:
         return redis_lib.Redis(host="127.0.0.1", port=port, socket_timeout=2)
 
-    def sentinel(self) -> redis_lib.Redis:
-        return self.direct(self.sentinel_port)
+    def sentinel(self, *args: str) -> Any:
+        """A Sentinel command (redis-py leaves `execute_command` unannotated)."""
+        return self.direct(self.sentinel_port).execute_command(*args)  # type: ignore[no-untyped-call]
 
     def master_port_now(self) -> int:
-        _host, port = self.sentinel().execute_command("SENTINEL", "get-master-addr-by-name", MASTER)
+        _host, port = self.sentinel("SENTINEL", "get-master-addr-by-name", MASTER)
         return int(port)
 
 
@@ -113,9 +115,7 @@ def group(tmp_path: Path) -> Iterator[Group]:
                 [exe, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
         )
-        _until(
-            "sentinel sees the replica", lambda: g.sentinel().execute_command("SENTINEL", "replicas", MASTER)
-        )
+        _until("sentinel sees the replica", lambda: g.sentinel("SENTINEL", "replicas", MASTER))
         yield g
     finally:
         for proc in procs:
@@ -125,9 +125,8 @@ def group(tmp_path: Path) -> Iterator[Group]:
                 proc.wait(10)
 
 
-def _on(client: redis_lib.Redis, key: str) -> bytes | None:
-    value: bytes | None = client.get(key)
-    return value
+def _on(client: redis_lib.Redis, key: str) -> Any:
+    return client.get(key)
 
 
 # Celery's Redis backend stores results with SETEX, which redis-py 8 marks deprecated.
@@ -137,17 +136,19 @@ def test_the_products_clients_follow_the_master_through_a_failover(group: Group,
     client = redis_client(group.url)
     limiter = RateLimiter(client, prefix=f"fgtest:{tag}:rl")
     app = producer_celery(Settings(redis_url=group.url, instance_path=tmp_path))
+    backend = app.backend
+    assert isinstance(backend, RedisBackend)  # Celery's SentinelBackend is one
 
     # Before: every client reaches the master the Sentinel names, and only it.
     client.set(f"{tag}:before", "1")
     assert _on(group.direct(group.master_port), f"{tag}:before") == b"1"
     limiter.acquire("k:decisions", 100.0, max_wait_s=5)
-    app.backend.set(f"{tag}:result", "r1")
+    backend.set(f"{tag}:result", "r1")
     assert _on(group.direct(group.master_port), f"{tag}:result") == b"r1"
     app.send_task("factgate.noop", queue=f"fgtest-{tag}")
     assert group.direct(group.master_port).llen(f"fgtest-{tag}") == 1
 
-    group.sentinel().execute_command("SENTINEL", "FAILOVER", MASTER)
+    group.sentinel("SENTINEL", "FAILOVER", MASTER)
     _until("the replica promoted", lambda: group.master_port_now() == group.replica_port)
     # The old master is demoted to a replica of the new one: a client still writing there would get
     # READONLY for ever. Wait until it says so, so the writes below are a test of the clients.
@@ -163,7 +164,12 @@ def test_the_products_clients_follow_the_master_through_a_failover(group: Group,
     assert _on(new, f"{tag}:after") == b"2"
     _until("limiter books again", lambda: limiter.acquire("k:decisions", 100.0, max_wait_s=5) >= 0 or True)
     assert new.exists(limiter.key("k:decisions"))
-    _until("result backend writes again", lambda: app.backend.set(f"{tag}:result2", "r2") or True)
+
+    def store_result() -> bool:
+        backend.set(f"{tag}:result2", "r2")
+        return True
+
+    _until("result backend writes again", store_result)
     assert _on(new, f"{tag}:result2") == b"r2"
     _until("broker publishes again", lambda: app.send_task("factgate.noop", queue=f"fgtest-{tag}") and True)
     assert new.llen(f"fgtest-{tag}") >= 2  # the message from before (replicated) and the one after
