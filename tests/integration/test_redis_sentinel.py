@@ -148,7 +148,8 @@ def test_the_products_clients_follow_the_master_through_a_failover(group: Group,
     app.send_task("factgate.noop", queue=f"fgtest-{tag}")
     assert group.direct(group.master_port).llen(f"fgtest-{tag}") == 1
 
-    group.sentinel("SENTINEL", "FAILOVER", MASTER)
+    # NOGOODSLAVE until the Sentinel has heard from the replica a few times: ask again until it starts.
+    _until("a failover started", lambda: group.sentinel("SENTINEL", "FAILOVER", MASTER))
     _until("the replica promoted", lambda: group.master_port_now() == group.replica_port)
     # The old master is demoted to a replica of the new one: a client still writing there would get
     # READONLY for ever. Wait until it says so, so the writes below are a test of the clients.
