@@ -39,9 +39,11 @@ Time comes from Redis ``TIME`` inside the script, so clock skew between worker m
 limit. Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields
 ``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time. The key's TTL covers the
 later of the two, plus a little, so an idle scope disappears. Redis is a hint (docs/architecture.md,
-Invariants): losing the key (expiry, FLUSHALL, failover) forgets the bookings and the block — callers
-already asleep keep their slots while new ones start again from "now", so for at most one round of
-sleepers the spacing is not guaranteed and a 429 (which blocks again) can follow. A Redis clock that steps
+Invariants): losing the key (expiry, FLUSHALL, a restart empty, a failover to a replica that never got
+it) forgets the bookings and the block, and new callers start again from "now" (an empty scope is not a
+burst). A caller already asleep sees on waking that the scope's TAT is not past its slot — the Redis it
+checks does not know its booking — and books again there rather than sending into slots now handed out
+a second time; a 429 still blocks everybody. A Redis clock that steps
 back makes booked slots look further away; callers whose budget does not reach them time out and book
 nothing, and the key expires on its real-time TTL, so the scope heals within the booking horizon.
 """
@@ -68,7 +70,7 @@ import redis
 # ARGV[1] = op, ARGV[2] = TTL slack (ms). Every op returns Redis' "now" last.
 #   reserve: ARGV[3] = interval (us, 0 = unlimited), ARGV[4] = burst tolerance tau (us),
 #            ARGV[5] = the caller's longest wait (us) -> {taken 0/1, slot, now}
-#   check:   -> {blocked_until (0 = never blocked), now}
+#   check:   -> {blocked_until (0 = never blocked), now, tat (0 = none)}
 #   block:   ARGV[3] = block length (us) -> {max(blocked_until, now), now}
 _LUA: Final = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -85,7 +87,7 @@ local function keep_until(until_us)
 end
 
 if op == 'check' then
-  return {blk, now}
+  return {blk, now, tonumber(redis.call('HGET', key, 'tat') or '0')}
 end
 
 if op == 'block' then
@@ -157,10 +159,16 @@ class Reservation:
 
 @dataclass(frozen=True)
 class ScopeState:
-    """What a caller about to send re-reads: the scope's blocked-until and Redis' clock (µs)."""
+    """What a caller about to send re-reads: the scope's blocked-until and Redis' clock (µs), and its TAT.
+
+    `tat_us` (None: not read) tells a sleeper whether this Redis still knows its booking: after a booking
+    the TAT is past the booked slot, so a TAT at or before it means the scope was lost while the caller
+    slept (a restart empty, a flush, a failover to a replica that never got the booking).
+    """
 
     blocked_until_us: int
     redis_time_us: int
+    tat_us: int | None = None
 
     @property
     def blocked(self) -> bool:
@@ -277,8 +285,10 @@ class RateLimiter:
 
     def state(self, scope: str) -> ScopeState:
         """Read the scope's blocked-until and Redis' clock (writes nothing)."""
-        blocked_until_us, now_us = self._script(keys=[self.key(scope)], args=["check", _TTL_SLACK_MS])
-        return ScopeState(blocked_until_us=int(blocked_until_us), redis_time_us=int(now_us))
+        blocked_until_us, now_us, tat_us = self._script(keys=[self.key(scope)], args=["check", _TTL_SLACK_MS])
+        return ScopeState(
+            blocked_until_us=int(blocked_until_us), redis_time_us=int(now_us), tat_us=int(tat_us)
+        )
 
     def try_acquire(self, scope: str, rate_per_s: float, burst: int = 1) -> float:
         """0.0 if a slot is free now (and is taken), else seconds until the next one (nothing booked)."""
@@ -288,6 +298,7 @@ class RateLimiter:
     def acquire_grant(self, scope: str, rate_per_s: float, burst: int = 1, max_wait_s: float = 60.0) -> Grant:
         """Like `acquire`, also returning the slot and the Redis time the caller was let go."""
         _wait_us(max_wait_s)  # validate before anything is booked
+        interval = _interval_us(rate_per_s)
         waited = 0.0
         rebooked = 0
         late_rebook_left = True
@@ -306,6 +317,13 @@ class RateLimiter:
                 waited += step
                 state = self.state(scope)
             late_us = state.redis_time_us - reservation.slot_us
+            # The scope's Redis no longer knows this booking (restarted empty, flushed, or a promoted
+            # replica that never received it): callers booking there now start from "now" and would be
+            # handed this same slot, a burst above the limit. Book again there instead, behind them.
+            forgotten = interval > 0 and state.tat_us is not None and state.tat_us <= reservation.slot_us
+            if forgotten:
+                rebooked += 1
+                continue
             if not state.blocked and (late_us <= self._max_late_us or not late_rebook_left):
                 return Grant(waited, reservation.slot_us, state.redis_time_us, rebooked)
             # Either a 429 arrived after this slot was booked and the block covers it, or this

@@ -10,6 +10,7 @@ mean "a burst's worth of free slots" fails here.
 from __future__ import annotations
 
 import itertools
+import time
 
 import fakeredis
 import pytest
@@ -64,3 +65,25 @@ def test_a_flushed_bucket_mid_job_starts_paced_again() -> None:
     store.flushall()
     slots, now_us = _slots(limiter, "k:decisions", 25)
     _assert_paced_from(slots, now_us)
+
+
+def test_a_sleeper_whose_booking_was_lost_books_again_behind_the_new_callers() -> None:
+    """Redis restarted empty (or failed over) while a caller slept until its slot: the callers booking on
+    the new Redis start from "now" and get that same slot. The sleeper must not send on it too."""
+    store = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    others = RateLimiter(store)
+    scope = "k:decisions"
+    _slots(others, scope, 5)  # the sleeper's slot is half a second ahead
+    fresh: list[int] = []
+
+    def restart_while_asleep(seconds: float) -> None:
+        if not fresh:
+            store.flushall()  # the new master: nothing of the old bookings
+            fresh.extend(_slots(others, scope, 8)[0])  # callers arriving there book from "now"
+        time.sleep(seconds)
+
+    sleeper = RateLimiter(store, sleep=restart_while_asleep)
+    grant = sleeper.acquire_grant(scope, RATE, max_wait_s=10.0)
+    assert fresh, "the sleeper never slept"
+    _assert_paced_from(sorted([*fresh, grant.slot_us]), min(fresh))
+    assert grant.rebooked >= 1
