@@ -18,13 +18,13 @@ from typing import Any
 
 from celery import Celery
 from flask import Flask
-from redis import Redis
 from sqlalchemy import Engine
 from sqlalchemy.pool import NullPool
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 import migrations
 from config import Settings
+from config.redis_url import redis_client
 from models import make_engine, make_session_factory
 from web.api import api, meta
 from web.errors import register_error_handlers
@@ -62,8 +62,9 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
     engine = make_engine(url)
     redis = None
     if settings.redis_url:
-        redis = Redis.from_url(
-            settings.redis_url, socket_timeout=HEALTH_TIMEOUT_S, socket_connect_timeout=HEALTH_TIMEOUT_S
+        # Plain or Sentinel, through the parser every Redis client uses (config/redis_url.py).
+        redis = redis_client(
+            settings.redis_url, socket_timeout=HEALTH_TIMEOUT_S, connect_timeout=HEALTH_TIMEOUT_S
         )
 
     app = Flask(__name__)

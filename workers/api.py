@@ -17,6 +17,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from config import Settings
+from config.redis_url import celery_redis_settings
 
 START_JOB = "factgate.start_job"
 DELIVER_WEBHOOKS = "factgate.deliver_webhooks"
@@ -100,20 +101,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             broker_transport_options={"polling_interval": 0.005},
         )
     else:
+        # Broker, result backend and their reconnect settings for a plain or a Sentinel REDIS_URL, from the
+        # one parser every Redis client of the product uses (config/redis_url.py). Tasks are consumed
+        # without acknowledgements (workers/broker.py says why): a message leaves Redis when a worker
+        # takes it, and redelivery is the database's job. A message must stay invisible for longer than
+        # the longest task, or Redis hands it to a second worker while the first still runs it (the lease
+        # then keeps the result single); only a queue consumed with acknowledgements keeps messages aside.
         conf.update(
-            broker_url=settings.redis_url,
-            # Tasks are consumed without acknowledgements (workers/broker.py says why): a message leaves
-            # Redis when a worker takes it, and redelivery is the database's job.
-            broker_transport="workers.broker:Transport",
+            celery_redis_settings(settings.redis_url, visibility_timeout=max(3600, settings.lease_s * 4)),
             task_queues=[
                 Queue(DEFAULT_QUEUE, Exchange(DEFAULT_QUEUE), routing_key=DEFAULT_QUEUE, no_ack=True)
             ],
-            result_backend=settings.redis_url,
-            # A message must stay invisible for longer than the longest task, or Redis hands it to a
-            # second worker while the first still runs it (the lease then keeps the result single). Only
-            # a queue consumed with acknowledgements keeps messages aside; ours are popped.
-            broker_transport_options={"visibility_timeout": max(3600, settings.lease_s * 4)},
-            result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
-            redis_backend_health_check_interval=30,
+            # The worker's broker reconnects in steps of at most a second (kombu's own: 2 s, 4 s, … 30 s).
+            worker_consumer="workers.consumer:Consumer",
         )
     return conf

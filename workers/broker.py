@@ -13,6 +13,8 @@ Celery acknowledges; AMQP channels know their no-ack consumers and skip it. This
 it names its no-ack consumers and tags each message with its consumer, so `Message.ack` returns at once.
 
 Only kombu here: the web process loads this class too (it publishes through the same broker settings).
+With a Sentinel `REDIS_URL` (config/redis_url.py) the same channel runs on kombu's Sentinel channel, which
+asks the Sentinels for the current master on every new connection: `SentinelTransport`.
 """
 
 from __future__ import annotations
@@ -59,3 +61,13 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with `Channel` above (Celery's `broker_transport`)."""
 
     Channel = Channel
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """`Channel`'s no-ack consumers on kombu's Sentinel channel (the master found through the Sentinels)."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport with `SentinelChannel` (Celery's `broker_transport` for sentinel://)."""
+
+    Channel = SentinelChannel

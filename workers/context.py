@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from clients.perplexity import PerplexityClient
 from config import Settings
+from config.redis_url import redis_client
 from jobs.keyring import keyring_for
 from jobs.tenancy import TenantKey, tenant_key
 from models import make_engine, make_session_factory
@@ -164,7 +165,9 @@ def build_context(settings: Settings) -> WorkerContext:
     """Wire the resources for `settings`."""
     engine = make_engine(settings.effective_database_url())
     if settings.redis_url:
-        rds: redis_lib.Redis = redis_lib.Redis.from_url(settings.redis_url)
+        # The one client of the worker (limiter, leases and host beats, the dispatcher's lock, budget and
+        # metrics counters), built from REDIS_URL by the parser the broker uses too: plain or Sentinel.
+        rds: redis_lib.Redis = redis_client(settings.redis_url)
     else:
         rds = embedded_redis()
     limiter = RateLimiter(rds)

@@ -39,9 +39,12 @@ Time comes from Redis ``TIME`` inside the script, so clock skew between worker m
 limit. Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields
 ``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time. The key's TTL covers the
 later of the two, plus a little, so an idle scope disappears. Redis is a hint (docs/architecture.md,
-Invariants): losing the key (expiry, FLUSHALL, failover) forgets the bookings and the block — callers
-already asleep keep their slots while new ones start again from "now", so for at most one round of
-sleepers the spacing is not guaranteed and a 429 (which blocks again) can follow. A Redis clock that steps
+Invariants): losing the key (expiry, FLUSHALL, a restart empty, a failover to a replica that never got
+it) forgets the bookings and the block, and new callers start again from "now" (an empty scope is not a
+burst). Each scope's hash carries a generation, the Redis time of its first booking, and a caller already
+asleep that finds another generation on waking — the Redis it checks holds a newer scope, not the one its
+slot was booked in — books again there rather than sending into slots now handed out a second time; a
+429 still blocks everybody. A Redis clock that steps
 back makes booked slots look further away; callers whose budget does not reach them time out and book
 nothing, and the key expires on its real-time TTL, so the scope heals within the booking horizon.
 """
@@ -67,8 +70,10 @@ import redis
 #
 # ARGV[1] = op, ARGV[2] = TTL slack (ms). Every op returns Redis' "now" last.
 #   reserve: ARGV[3] = interval (us, 0 = unlimited), ARGV[4] = burst tolerance tau (us),
-#            ARGV[5] = the caller's longest wait (us) -> {taken 0/1, slot, now}
-#   check:   -> {blocked_until (0 = never blocked), now}
+#            ARGV[5] = the caller's longest wait (us) -> {taken 0/1, slot, now, gen}
+#   check:   -> {blocked_until (0 = never blocked), now, gen (0 = no bookings)}
+# gen: the Redis time (us) at which the scope's hash got its first booking; a hash lost and booked anew
+# (a restart empty, a flush, a failover to a replica that never got it) has another one.
 #   block:   ARGV[3] = block length (us) -> {max(blocked_until, now), now}
 _LUA: Final = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -85,7 +90,7 @@ local function keep_until(until_us)
 end
 
 if op == 'check' then
-  return {blk, now}
+  return {blk, now, tonumber(redis.call('HGET', key, 'gen') or '0')}
 end
 
 if op == 'block' then
@@ -112,9 +117,10 @@ local tat = tonumber(redis.call('HGET', key, 'tat') or '0')
 slot = math.max(slot, tat - tau)
 if slot - now > max_wait then return {0, slot, now} end
 tat = math.max(tat, slot) + interval
+redis.call('HSETNX', key, 'gen', string.format('%.0f', now))
 redis.call('HSET', key, 'tat', string.format('%.0f', tat))
 keep_until(math.max(tat, blk))
-return {1, slot, now}
+return {1, slot, now, tonumber(redis.call('HGET', key, 'gen'))}
 """
 
 _US: Final = 1_000_000
@@ -148,6 +154,7 @@ class Reservation:
     taken: bool
     slot_us: int
     redis_time_us: int
+    gen_us: int | None = None  # the scope's generation the slot was booked in (None: unlimited, not booked)
 
     @property
     def wait_s(self) -> float:
@@ -157,10 +164,16 @@ class Reservation:
 
 @dataclass(frozen=True)
 class ScopeState:
-    """What a caller about to send re-reads: the scope's blocked-until and Redis' clock (µs)."""
+    """What a caller about to send re-reads: the scope's blocked-until and Redis' clock (µs), and its TAT.
+
+    `gen_us` (None: not read) tells a sleeper whether this Redis still holds the bookings its slot was
+    booked among: a generation other than its reservation's means the scope was lost while the caller
+    slept (a restart empty, a flush, a failover to a replica that never got it) and booked anew.
+    """
 
     blocked_until_us: int
     redis_time_us: int
+    gen_us: int | None = None
 
     @property
     def blocked(self) -> bool:
@@ -269,16 +282,23 @@ class RateLimiter:
             raise ValueError(f"burst must be at least 1, got {burst}")
         interval = _interval_us(rate_per_s)
         tau = (burst - 1) * interval
-        taken, slot_us, now_us = self._script(
+        taken, slot_us, now_us, *gen = self._script(
             keys=[self.key(scope)],
             args=["reserve", _TTL_SLACK_MS, interval, tau, _wait_us(max_wait_s)],
         )
-        return Reservation(taken=bool(taken), slot_us=int(slot_us), redis_time_us=int(now_us))
+        return Reservation(
+            taken=bool(taken),
+            slot_us=int(slot_us),
+            redis_time_us=int(now_us),
+            gen_us=int(gen[0]) if gen else None,
+        )
 
     def state(self, scope: str) -> ScopeState:
         """Read the scope's blocked-until and Redis' clock (writes nothing)."""
-        blocked_until_us, now_us = self._script(keys=[self.key(scope)], args=["check", _TTL_SLACK_MS])
-        return ScopeState(blocked_until_us=int(blocked_until_us), redis_time_us=int(now_us))
+        blocked_until_us, now_us, gen_us = self._script(keys=[self.key(scope)], args=["check", _TTL_SLACK_MS])
+        return ScopeState(
+            blocked_until_us=int(blocked_until_us), redis_time_us=int(now_us), gen_us=int(gen_us)
+        )
 
     def try_acquire(self, scope: str, rate_per_s: float, burst: int = 1) -> float:
         """0.0 if a slot is free now (and is taken), else seconds until the next one (nothing booked)."""
@@ -306,6 +326,17 @@ class RateLimiter:
                 waited += step
                 state = self.state(scope)
             late_us = state.redis_time_us - reservation.slot_us
+            # The scope's Redis no longer holds the bookings this slot was among (restarted empty, flushed,
+            # or a promoted replica that never received them): callers booking there since started from
+            # "now" and may hold this same slot, a burst above the limit. Book again there, behind them.
+            forgotten = (
+                reservation.gen_us is not None
+                and state.gen_us is not None
+                and state.gen_us != reservation.gen_us
+            )
+            if forgotten:
+                rebooked += 1
+                continue
             if not state.blocked and (late_us <= self._max_late_us or not late_rebook_left):
                 return Grant(waited, reservation.slot_us, state.redis_time_us, rebooked)
             # Either a 429 arrived after this slot was booked and the block covers it, or this
