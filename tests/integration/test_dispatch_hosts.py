@@ -7,6 +7,8 @@ so nothing here waits on a clock."""
 from __future__ import annotations
 
 import contextlib
+import itertools
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -26,7 +28,7 @@ from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers.app import make_celery
 from workers.context import build_context
-from workers.dispatcher import LEADER_KEY, Dispatcher, refuse_stale_dispatch
+from workers.dispatcher import FITNESS_KEY, LEADER_KEY, Dispatcher, refuse_stale_dispatch
 from workers.leases import HOST_SILENT_S, HOSTS_KEY, LeaseKeeper
 
 pytestmark = [pytest.mark.integration]
@@ -223,3 +225,87 @@ def test_a_worker_whose_clock_runs_behind_keeps_its_lease(
         assert expire_leases(s) == 0  # the sweeper, on a true clock, finds the lease alive
     with session_scope(sessions) as s:
         assert s.scalar(select(Item.status).where(Item.id == item_id)) == "running"
+
+
+# --- a slow leader steps aside -------------------------------------------------------------------------
+
+SLOWED_S = 0.3  # the slowed host's added round trip (a 256 kbit/s link queues its queries this long)
+
+
+class _Slowed(Dispatcher):
+    """A dispatcher whose every probe of Postgres and Redis waits an injected delay first."""
+
+    def probe_rtt(self) -> float:
+        started = time.monotonic()
+        time.sleep(SLOWED_S)
+        super().probe_rtt()
+        return time.monotonic() - started
+
+
+def _contenders(harness: Harness, url: str) -> tuple[Dispatcher, Dispatcher]:
+    """The harness's leader, slowed, and a healthy second host; no tenure or unfit period to wait out."""
+    slow = _Slowed(
+        harness.ctx, make_celery(Settings(database_url=url), with_tasks=False), send=harness._record
+    )
+    fast = Dispatcher(
+        harness.ctx, make_celery(Settings(database_url=url), with_tasks=False), send=harness._record
+    )
+    harness.dispatcher.stop()
+    harness.ctx.redis.delete(FITNESS_KEY)
+    for d in (slow, fast):
+        d.target = lambda endpoint: TARGET  # type: ignore[method-assign]
+        d.min_tenure_s = d.unfit_for_s = 0.0
+    assert slow.lead()
+    return slow, fast
+
+
+def _round(*dispatchers: Dispatcher) -> None:
+    """One pass of each host's loop (`Dispatcher._run` without its waits): beat, lead or not, tick, assess."""
+    for d in dispatchers:
+        d._fitness_at = -1e9  # beat every round: tests do not wait for FITNESS_BEAT_S
+        d.beat_fitness()
+        if d.lead():
+            d.tick()
+            d.assess()
+
+
+def test_a_slowed_leader_hands_the_lock_to_the_fit_host_once(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    _job(engine, 40)
+    harness = Harness(url)
+    slow, fast = _contenders(harness, url)
+    holders: list[object] = []
+    try:
+        for _ in range(8):
+            _round(slow, fast)
+            holders.append(harness.ctx.redis.get(LEADER_KEY))
+        changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
+        assert changes == 1, holders  # moved once, and never back
+        assert holders[-1] == fast._token.encode() and fast.leading and not slow.leading
+        assert slow.stepped_aside == 1 and fast.stepped_aside == 0
+        assert fast.term > slow.term  # a new reign: the slow one's messages are refused (fenced)
+    finally:
+        slow.stop()
+        fast.stop()
+        harness.close()
+
+
+def test_a_slowed_leader_keeps_the_lock_with_nobody_fitter(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    _job(engine, 40)
+    harness = Harness(url)
+    slow, fast = _contenders(harness, url)
+    try:
+        for _ in range(3):
+            _round(slow)  # alone: a slow leader is better than none
+        assert slow.leading and slow.stepped_aside == 0
+        for _ in range(3):
+            _round(slow, fast)
+        assert fast.leading and slow.stepped_aside == 1
+        fast.stop()  # the fit host goes away during the slow one's hold-off: the slow one leads again
+        _round(slow)
+        assert slow.leading
+    finally:
+        slow.stop()
+        fast.stop()
+        harness.close()
