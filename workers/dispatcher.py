@@ -67,10 +67,11 @@ from jobs import scheduling
 from jobs.quotas import Hold
 from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
+from jobs.sweeper import redrive_abandoned
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
-from workers.leases import HOST_SILENT_S, silent_hosts
+from workers.leases import HOST_DEAD_S, HOST_SILENT_S, REDRIVE_GRACE_S, silent_hosts
 from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
@@ -94,6 +95,7 @@ SCHEDULE_REFRESH_S = 2.0
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
 HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/leases.py)
+DEAD_REFRESH_S = 2.0  # how often it looks for dead ones (their running items re-driven)
 DEFAULT_LATENCY_S = 1.0
 # Leader fitness (the module docstring): each dispatcher's round-trip figure, beaten into Redis.
 FITNESS_KEY = "factgate:dispatch:fitness"  # hash: lock token -> "round trip in µs:Redis time in ms"
@@ -264,6 +266,7 @@ class Dispatcher:
         self._lost: set[int] = set()
         self._lost_hosts: set[str] = set()
         self._lost_at = 0.0
+        self._dead_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = ctx.redis.register_script(_RENEW)
@@ -521,6 +524,36 @@ class Dispatcher:
             )
         self._lost_hosts = set(silent)
         self._lost = {i for items in silent.values() for i in items}
+        if silent:
+            self._redrive_dead(now, forget_s)
+
+    def _redrive_dead(self, now: float, forget_s: float) -> int:
+        """The running items of hosts silent for HOST_DEAD_S whose leases stopped moving: pending again now,
+        not when their lease runs out (FACTGATE_LEASE_S, minutes), so a killed host's items do not hold its
+        job's end. The lease token still decides who writes (jobs/sweeper.py:redrive_abandoned)."""
+        if now - self._dead_at < DEAD_REFRESH_S:
+            return 0
+        self._dead_at = now
+        lease_s = float(self.ctx.settings.lease_s)
+        unrenewed_s = self.ctx.leases.beat_s + REDRIVE_GRACE_S
+        if max(HOST_DEAD_S, unrenewed_s) >= lease_s:
+            return 0  # the lease runs out as soon: the sweeper re-drives them
+        dead = silent_hosts(self.ctx.redis, HOST_DEAD_S, forget_s)
+        ids = sorted({i for items in dead.values() for i in items})
+        if not ids:
+            return 0
+        with session_scope(self.ctx.sessions) as session:
+            moved = redrive_abandoned(session, ids, unrenewed_s, lease_s)
+        if moved:
+            log.warning(
+                "dispatcher: host %s silent for over %.0f s, its leases unrenewed for %.0f s; %d running "
+                "items re-driven",
+                ", ".join(sorted(dead)),
+                HOST_DEAD_S,
+                unrenewed_s,
+                moved,
+            )
+        return moved
 
     def tick(self) -> bool:
         """One round: for each scope with free slots, allocate them fairly and send the picks.

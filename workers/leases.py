@@ -45,6 +45,13 @@ HOST_BEAT_S = 0.5
 # moment of a loaded host, shorter than the leader lock's expiry (workers/dispatcher.py), so that by the
 # time another host leads, the silent one's slots are already free.
 HOST_SILENT_S = 2.0
+# A host silent this long, whose leases have also not been renewed for a renewal interval and
+# REDRIVE_GRACE_S, is taken for dead: its running items are re-driven before their lease runs out
+# (workers/dispatcher.py:_redrive_dead). Longer than the pauses and cuts a host is expected to come back
+# from (the drill's: 15 s and 20 s): a host that does come back after this finds its items taken, and
+# the call it had in the air is made twice — the trade the lease makes, at a bound shorter than it.
+HOST_DEAD_S = 30.0
+REDRIVE_GRACE_S = 5.0
 
 # Record this process's items, stamped with Redis time; the record outlives the beat (a silent host's items
 # must stay known) for as long as a lease can.

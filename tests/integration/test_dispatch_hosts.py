@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select, update
 
 import jobs.items
 from config import Settings
@@ -29,7 +29,7 @@ from tests.integration.stack import fresh_database
 from workers.app import make_celery
 from workers.context import build_context
 from workers.dispatcher import FITNESS_KEY, LEADER_KEY, Dispatcher, refuse_stale_dispatch
-from workers.leases import HOST_SILENT_S, HOSTS_KEY, LeaseKeeper
+from workers.leases import HOST_DEAD_S, HOST_SILENT_S, HOSTS_KEY, REDRIVE_GRACE_S, LeaseKeeper
 
 pytestmark = [pytest.mark.integration]
 
@@ -308,4 +308,71 @@ def test_a_slowed_leader_keeps_the_lock_with_nobody_fitter(db: tuple[str, Engine
     finally:
         slow.stop()
         fast.stop()
+        harness.close()
+
+
+# --- a dead host's running items come back before their lease -------------------------------------------
+
+
+def _age(harness: Harness, host: LeaseKeeper, silent_s: float, ids: list[int], unrenewed_s: float) -> None:
+    """The host's last beat `silent_s` ago (the store's clock), its items' leases last renewed
+    `unrenewed_s` ago (the database's: a lease is renewed to now + the lease's length)."""
+    seconds, micros = harness.ctx.redis.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    harness.ctx.redis.zadd(HOSTS_KEY, {host.name: now_ms - int(silent_s * 1000)})
+    lease_s = harness.ctx.settings.lease_s
+    with session_scope(harness.ctx.sessions) as s:
+        s.execute(
+            update(Item)
+            .where(Item.id.in_(ids))
+            .values(lease_until=func.now() + timedelta(seconds=lease_s - unrenewed_s))
+        )
+
+
+@pytest.mark.parametrize(
+    ("silent_s", "unrenewed_by", "redriven"),
+    [
+        (HOST_DEAD_S + 5, 5.0, True),  # killed: silent, and nobody renews its leases
+        (HOST_SILENT_S + 1, 5.0, False),  # paused a moment: its slots are free, its items still its own
+        (HOST_DEAD_S + 5, -5.0, False),  # cut off from Redis only: it still renews, so it still runs them
+    ],
+)
+def test_a_dead_hosts_running_items_are_re_driven_before_their_lease(
+    db: tuple[str, Engine], silent_s: float, unrenewed_by: float, redriven: bool
+) -> None:
+    url, engine = db
+    _job(engine, 20)
+    harness = Harness(url)
+    host = harness.host()
+    try:
+        first = harness.tick()
+        claims = []
+        for item_id in first:
+            with autocommit_scope(harness.ctx.engine) as c:
+                claimed = try_claim(c, item_id, harness.ctx.settings.lease_s)
+            assert claimed is not None
+            claims.append(claimed)
+        with contextlib.ExitStack() as holding:
+            for claimed in claims:
+                holding.enter_context(host.hold(claimed.id, claimed.token))
+            host.host_beat()
+        unrenewed = harness.ctx.leases.beat_s + REDRIVE_GRACE_S + unrenewed_by
+        _age(harness, host, silent_s, first, unrenewed)
+        harness.dispatcher._dead_at = 0.0  # dead hosts are looked for every DEAD_REFRESH_S; tests do not wait
+        again = harness.tick()
+        rows = _rows(engine, first)
+        if not redriven:
+            assert rows == {i: ("running", 1) for i in first}
+            assert not set(again) & set(first)
+            return
+        assert set(first) <= set(again)  # pending, and sent again at once
+        # The dead host's late settle loses: the new claim holds a new token.
+        with autocommit_scope(harness.ctx.engine) as c:
+            retaken = try_claim(c, first[0], harness.ctx.settings.lease_s)
+        assert retaken is not None and retaken.token != claims[0].token
+        with session_scope(harness.ctx.sessions) as s:
+            assert not jobs.items.finish_item(s, claims[0], {"zombie": True})
+        assert _rows(engine, [first[0]]) == {first[0]: ("running", 2)}
+    finally:
+        host.close()
         harness.close()
