@@ -242,6 +242,7 @@ class Dispatcher:
         interval_s: float | None = None,
         idle_interval_s: float = 0.1,
         send: Callable[[uuid.UUID, list[Ready], Any], None] | None = None,
+        finalize: Callable[[uuid.UUID], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.app = app
@@ -251,6 +252,7 @@ class Dispatcher:
         self.max_in_flight = settings.dispatch_max_in_flight
         self.window = max(1, settings.chord_size)
         self._send = send or self._send_chord
+        self._finalize = finalize or self._send_finalize
         # The lock's value names the process that holds it (its pid first), so an operator — or the
         # multi-host drill, scripts/drill/ — can tell which host leads.
         self._token = f"{os.getpid()}:{secrets.token_hex(8)}"
@@ -776,3 +778,17 @@ class Dispatcher:
             }
         with session_scope(self.ctx.sessions) as session:
             scheduling.store_schedules(session, views)
+        # A running job with nothing left open is finished, but its finalize may wait on a chord that will
+        # not close soon: a window whose item's first copy is on a slow, paused or dead host (the copy that
+        # settled it ran elsewhere) joins only when that copy returns, if ever. Ask for it here, at most
+        # every SCHEDULE_REFRESH_S, rather than leaving it to the sweep (FACTGATE_SWEEP_INTERVAL_S).
+        for job in jobs:
+            if job.status == "in_progress" and remaining.get(job.id, 0) == 0:
+                self._finalize(job.id)
+
+    def _send_finalize(self, job_id: uuid.UUID) -> None:
+        """`after_window` with no questions is the job's finalize alone (idempotent; any worker runs it)."""
+        try:
+            self.app.send_task("factgate.after_window", args=(str(job_id), []), ignore_result=True)
+        except Exception:
+            log.warning("dispatcher: could not ask to finalize job %s; the sweep will", job_id, exc_info=True)

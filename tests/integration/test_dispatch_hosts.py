@@ -18,12 +18,13 @@ from sqlalchemy import Engine, func, select, update
 
 import jobs.items
 from config import Settings
+from jobs.finalize import maybe_finalize
 from jobs.intake import UnitSpec, create_job
 from jobs.items import extend_leases, try_claim
 from jobs.scheduling import Ready
 from jobs.sweeper import expire_leases
 from jobs.tenancy import get_or_create_tenant
-from models import Item, autocommit_scope, session_scope, utcnow
+from models import Item, Job, JobStatus, autocommit_scope, session_scope, utcnow
 from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers.app import make_celery
@@ -60,13 +61,22 @@ class Harness:
         settings = Settings(database_url=url)
         self.ctx = build_context(settings)
         self.sent: list[int] = []
-        self.dispatcher = Dispatcher(self.ctx, make_celery(settings, with_tasks=False), send=self._record)
+        self.finalized: list[uuid.UUID] = []  # the jobs whose finalize the dispatcher asked for
+        self.dispatcher = Dispatcher(
+            self.ctx, make_celery(settings, with_tasks=False), send=self._record, finalize=self._finalize
+        )
         self.dispatcher.target = lambda endpoint: TARGET  # type: ignore[method-assign]
         self.ctx.redis.delete(LEADER_KEY)  # the process's embedded store: another module's leader may remain
         assert self.dispatcher.lead()
 
     def _record(self, _job_id: uuid.UUID, window: list[Ready], _producer: object) -> None:
         self.sent.extend(r.id for r in window)
+
+    def _finalize(self, job_id: uuid.UUID) -> None:
+        """What `after_window` with no questions does on a worker: the job's finalize."""
+        self.finalized.append(job_id)
+        with session_scope(self.ctx.sessions) as s:
+            maybe_finalize(s, job_id)
 
     def tick(self) -> list[int]:
         """One round, looking at the host registry afresh; the ids this round sent."""
@@ -375,4 +385,29 @@ def test_a_dead_hosts_running_items_are_re_driven_before_their_lease(
         assert _rows(engine, [first[0]]) == {first[0]: ("running", 2)}
     finally:
         host.close()
+        harness.close()
+
+
+# --- finalize does not wait on a chord ---------------------------------------------------------------------
+
+
+def test_a_finished_job_is_finalized_without_its_chords(db: tuple[str, Engine]) -> None:
+    """Every item settled, but a window's chord never joins (its first copy of an item died with a killed
+    host, and the copy that settled it ran elsewhere): the leader asks for the finalize itself."""
+    url, engine = db
+    job_id = _job(engine, 6)
+    harness = Harness(url)
+    try:
+        sent = harness.tick()
+        assert harness.finalized == []  # work left: nothing to finalize
+        with session_scope(harness.ctx.sessions) as s:
+            s.execute(update(Item).where(Item.job_id == job_id).values(status="done", finished_at=utcnow()))
+        harness.dispatcher._schedule_at = 0.0  # the finished jobs are looked for every SCHEDULE_REFRESH_S
+        harness.tick()
+        assert sent and harness.finalized == [job_id]
+        with session_scope(harness.ctx.sessions) as s:
+            # Ended (failed here: items marked done without outputs make no scorecard): finalized.
+            status = s.scalar(select(Job.status).where(Job.id == job_id))
+            assert status in {str(st) for st in JobStatus.ended()}
+    finally:
         harness.close()
