@@ -71,7 +71,7 @@ from jobs.sweeper import redrive_abandoned
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
-from workers.leases import HOST_DEAD_S, HOST_SILENT_S, REDRIVE_GRACE_S, silent_hosts
+from workers.leases import HOST_DEAD_S, HOST_SILENT_S, REDRIVE_GRACE_S, host_items, silent_hosts
 from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
@@ -98,7 +98,8 @@ HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/le
 DEAD_REFRESH_S = 2.0  # how often it looks for dead ones (their running items re-driven)
 DEFAULT_LATENCY_S = 1.0
 # Leader fitness (the module docstring): each dispatcher's round-trip figure, beaten into Redis.
-FITNESS_KEY = "factgate:dispatch:fitness"  # hash: lock token -> "round trip in µs:Redis time in ms"
+# hash: "host name (workers/leases.py) lock token" -> "round trip in µs:Redis time in ms"
+FITNESS_KEY = "factgate:dispatch:fitness"
 FITNESS_BEAT_S = 0.5
 FITNESS_FRESH_S = 2.0  # an older figure is a silent host's (HOST_SILENT_S): not a candidate
 FITNESS_WINDOW_S = 3.0  # the fill figure is the mean over this window of ticks
@@ -201,6 +202,13 @@ def should_step_aside(
     return min(others_rtt_s) * RTT_MARGIN <= own_rtt_s - RTT_SLACK_S
 
 
+def slow_host(rtt_s: float, leader_rtt_s: float) -> bool:
+    """Whether a host's round trip makes it slow beside the leader's: above the fit bound (half of
+    SLOW_RTT_S) and by the step-aside margin — the figure by which a leader would hand the lock to this
+    one, reversed, so a host is never both the fitter and the slow one."""
+    return rtt_s > SLOW_RTT_S / 2 and leader_rtt_s * RTT_MARGIN <= rtt_s - RTT_SLACK_S
+
+
 # Renew the lock only if we still hold it (compare-and-expire in one step).
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -280,7 +288,11 @@ class Dispatcher:
         self.unfit_for_s = UNFIT_FOR_S
         self.hold_s = STEP_ASIDE_HOLD_S
         self.rtt_s: float | None = None  # this host's smoothed round trip to Postgres and Redis
-        self.others_rtt_s: dict[str, float] = {}  # the other live dispatchers' figures, by lock token
+        self.others_rtt_s: dict[str, float] = {}  # the other live dispatchers' figures, by `_field`
+        # This dispatcher's name in FITNESS_KEY: its process's host name (whose beat lists its items) and
+        # its lock token (two dispatchers of one process, as in tests, are two candidates).
+        self._field = f"{ctx.leases.name} {self._token}"
+        self._slow_hosts: set[str] = set()
         self._fitness_at = -1e9
         self._fills: deque[tuple[float, float]] = deque()  # (monotonic time, in flight / target)
         self._unfit_since: float | None = None
@@ -317,7 +329,7 @@ class Dispatcher:
                 log.debug("could not release the dispatcher lock", exc_info=True)
         self.leading = False
         with contextlib.suppress(Exception):
-            self.ctx.redis.hdel(FITNESS_KEY, self._token)  # a stopped host is no candidate
+            self.ctx.redis.hdel(FITNESS_KEY, self._field)  # a stopped host is no candidate
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -383,7 +395,7 @@ class Dispatcher:
             self.rtt_s = smoothed
             flat = self._fitness(
                 keys=[FITNESS_KEY],
-                args=[self._token, int(smoothed * 1e6), int(FITNESS_FRESH_S * 1000), 60_000],
+                args=[self._field, int(smoothed * 1e6), int(FITNESS_FRESH_S * 1000), 60_000],
             )
         except Exception:
             # Postgres or Redis away: this host publishes nothing, so it is no candidate (and the lock's
@@ -393,7 +405,7 @@ class Dispatcher:
         others: dict[str, float] = {}
         for i in range(0, len(flat) - 1, 2):
             name = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
-            if name != self._token:
+            if name != self._field:
                 with contextlib.suppress(TypeError, ValueError):
                     others[name] = int(flat[i + 1]) / 1e6
         self.others_rtt_s = others
@@ -526,8 +538,37 @@ class Dispatcher:
             )
         self._lost_hosts = set(silent)
         self._lost = {i for items in silent.values() for i in items}
+        slow = self._slow(set(silent))
+        self._lost |= {i for items in slow.values() for i in items}
         if silent:
             self._redrive_dead(now, forget_s)
+
+    def slow_hosts(self) -> set[str]:
+        """Hosts whose fresh fitness figure is clearly worse than this leader's, by the step-aside margin
+        (`slow_host`)."""
+        own = self.rtt_s or 0.0
+        return {
+            name.split(" ", 1)[0]
+            for name, rtt in self.others_rtt_s.items()
+            if slow_host(rtt, own) and name.split(" ", 1)[0] != self.ctx.leases.name
+        }
+
+    def _slow(self, silent: set[str]) -> dict[str, list[int]]:
+        """The items of slow hosts (not silent ones: those are counted already). A host on a slow link
+        runs its items slowly — its round trips to Postgres, Redis and the upstream queue behind its own
+        traffic — so counted in flight they keep the scope below its rate, as a silent host's did. Their
+        running items take no slot; they stay the host's own (the limiter still paces every call, so
+        dispatching more cannot exceed the upstream's limit)."""
+        names = self.slow_hosts() - silent
+        newly = names - self._slow_hosts
+        if newly:
+            log.warning(
+                "dispatcher: host %s is slow (round trip far above this leader's); its running items "
+                "take no slot",
+                ", ".join(sorted(newly)),
+            )
+        self._slow_hosts = names
+        return host_items(self.ctx.redis, sorted(names))
 
     def _redrive_dead(self, now: float, forget_s: float) -> int:
         """The running items of hosts silent for HOST_DEAD_S whose leases stopped moving: pending again now,

@@ -101,6 +101,19 @@ def silent_hosts(rds: redis_lib.Redis, silent_s: float, forget_s: float) -> dict
     return out
 
 
+def host_items(rds: redis_lib.Redis, names: list[str]) -> dict[str, list[int]]:
+    """The items the named processes last said they hold or have received (their beat's record)."""
+    if not names:
+        return {}
+    out: dict[str, list[int]] = {}
+    for name, raw in zip(names, rds.mget([HOST_KEY.format(n) for n in names]), strict=True):
+        try:
+            out[name] = [int(x) for x in json.loads(raw)] if raw is not None else []
+        except (TypeError, ValueError):
+            out[name] = []
+    return out
+
+
 class LeaseKeeper:
     """Registry of the items this process holds, and the thread that renews their leases."""
 

@@ -411,3 +411,33 @@ def test_a_finished_job_is_finalized_without_its_chords(db: tuple[str, Engine]) 
             assert status in {str(st) for st in JobStatus.ended()}
     finally:
         harness.close()
+
+
+@pytest.mark.parametrize(("rtt_us", "freed"), [(600_000, True), (2_000, False)])
+def test_a_slow_hosts_running_items_take_no_slot(db: tuple[str, Engine], rtt_us: int, freed: bool) -> None:
+    """A host whose fitness figure is far above the leader's (a 256 kbit/s link) runs its items slowly:
+    they take no slot, so the other hosts keep the scope busy; a host as quick as the leader counts."""
+    url, engine = db
+    _job(engine, 20)
+    harness = Harness(url)
+    host = harness.host()
+    try:
+        first = harness.tick()
+        with contextlib.ExitStack() as holding:
+            for item_id in first:
+                with autocommit_scope(harness.ctx.engine) as c:
+                    claimed = try_claim(c, item_id, 300)
+                assert claimed is not None
+                holding.enter_context(host.hold(claimed.id, claimed.token))
+            host.host_beat()
+            seconds, micros = harness.ctx.redis.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            harness.ctx.redis.hset(FITNESS_KEY, f"{host.name} other-token", f"{rtt_us}:{now_ms}")
+            harness.dispatcher._fitness_at = -1e9
+            harness.dispatcher.beat_fitness()
+            again = harness.tick()
+            assert (len(again) == TARGET) is freed and not set(again) & set(first)
+            assert _rows(engine, first) == {i: ("running", 1) for i in first}  # still the slow host's
+    finally:
+        host.close()
+        harness.close()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from workers.dispatcher import MIN_TENURE_S, RTT_MARGIN, RTT_SLACK_S, UNFIT_FOR_S, should_step_aside
+from workers.dispatcher import (
+    MIN_TENURE_S,
+    RTT_MARGIN,
+    RTT_SLACK_S,
+    UNFIT_FOR_S,
+    should_step_aside,
+    slow_host,
+)
 
 SLOW = 0.6  # a leader on a 256 kbit/s link: its round trips queue behind its own traffic
 FAST = 0.003
@@ -55,3 +62,12 @@ def test_the_margin_is_a_ratio_less_the_slack() -> None:
     edge = (SLOW - RTT_SLACK_S) / RTT_MARGIN
     assert _rule(others_rtt_s=[edge * 0.99])
     assert not _rule(others_rtt_s=[edge * 1.01])
+
+
+def test_a_host_is_slow_beside_the_leader_by_the_same_margin() -> None:
+    assert slow_host(SLOW, FAST)
+    assert not slow_host(FAST, FAST)
+    assert not slow_host(0.1, 0.001)  # under the fit bound: a quick enough host, however quick the leader
+    assert not slow_host(SLOW, SLOW / RTT_MARGIN)  # within the margin
+    # Never both: a host the leader would hand over to is never the slow one, nor the reverse.
+    assert _rule(own_rtt_s=SLOW, others_rtt_s=[FAST]) and not slow_host(FAST, SLOW)
