@@ -71,7 +71,14 @@ from jobs.sweeper import redrive_abandoned
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
-from workers.leases import HOST_DEAD_S, HOST_SILENT_S, REDRIVE_GRACE_S, host_items, silent_hosts
+from workers.leases import (
+    HOST_DEAD_S,
+    HOST_SILENT_S,
+    REDRIVE_GRACE_S,
+    beating_items,
+    host_items,
+    silent_hosts,
+)
 from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
@@ -571,9 +578,10 @@ class Dispatcher:
         return host_items(self.ctx.redis, sorted(names))
 
     def _redrive_dead(self, now: float, forget_s: float) -> int:
-        """The running items of hosts silent for HOST_DEAD_S whose leases stopped moving: pending again now,
-        not when their lease runs out (FACTGATE_LEASE_S, minutes), so a killed host's items do not hold its
-        job's end. The lease token still decides who writes (jobs/sweeper.py:redrive_abandoned)."""
+        """While some host has been silent for HOST_DEAD_S: the running items no host beating since lists
+        and whose leases stopped moving are pending again now, not when their lease runs out
+        (FACTGATE_LEASE_S, minutes), so a killed host's items do not hold its job's end. The lease token
+        still decides who writes (jobs/sweeper.py:redrive_abandoned)."""
         if now - self._dead_at < DEAD_REFRESH_S:
             return 0
         self._dead_at = now
@@ -582,11 +590,13 @@ class Dispatcher:
         if max(HOST_DEAD_S, unrenewed_s) >= lease_s:
             return 0  # the lease runs out as soon: the sweeper re-drives them
         dead = silent_hosts(self.ctx.redis, HOST_DEAD_S, forget_s)
-        ids = sorted({i for items in dead.values() for i in items})
-        if not ids:
+        if not dead:
             return 0
+        # Whatever a host that beat since lists stays its own; the rest unrenewed is the dead hosts' —
+        # their record's and any item they claimed after their last beat.
+        held = beating_items(self.ctx.redis, HOST_DEAD_S)
         with session_scope(self.ctx.sessions) as session:
-            moved = redrive_abandoned(session, ids, unrenewed_s, lease_s)
+            moved = redrive_abandoned(session, held, unrenewed_s, lease_s)
         if moved:
             log.warning(
                 "dispatcher: host %s silent for over %.0f s, its leases unrenewed for %.0f s; %d running "

@@ -101,6 +101,31 @@ def silent_hosts(rds: redis_lib.Redis, silent_s: float, forget_s: float) -> dict
     return out
 
 
+# The items of every host that beat within the last ARGV[1] ms.
+_BEATING = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = redis.call('GET', ARGV[2] .. id) or '[]'
+end
+return out
+"""
+
+
+def beating_items(rds: redis_lib.Redis, within_s: float) -> set[int]:
+    """Every item listed by a host whose last beat is at most `within_s` old (by Redis's clock)."""
+    script = rds.register_script(_BEATING)
+    out: set[int] = set()
+    for raw in script(keys=[HOSTS_KEY], args=[int(within_s * 1000), HOST_KEY.format("")]):
+        try:
+            out.update(int(x) for x in json.loads(raw))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
 def host_items(rds: redis_lib.Redis, names: list[str]) -> dict[str, list[int]]:
     """The items the named processes last said they hold or have received (their beat's record)."""
     if not names:

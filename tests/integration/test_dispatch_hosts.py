@@ -353,38 +353,49 @@ def test_a_dead_hosts_running_items_are_re_driven_before_their_lease(
     url, engine = db
     _job(engine, 20)
     harness = Harness(url)
-    host = harness.host()
+    host, alive = harness.host(), harness.host()
+    lease_s = harness.ctx.settings.lease_s
     try:
         first = harness.tick()
         claims = []
         for item_id in first:
             with autocommit_scope(harness.ctx.engine) as c:
-                claimed = try_claim(c, item_id, harness.ctx.settings.lease_s)
+                claimed = try_claim(c, item_id, lease_s)
             assert claimed is not None
             claims.append(claimed)
         with contextlib.ExitStack() as holding:
-            for claimed in claims:
+            # The host beats with all but the last: that one it claimed after its last beat (no record).
+            for claimed in claims[:-2]:
                 holding.enter_context(host.hold(claimed.id, claimed.token))
             host.host_beat()
+        with contextlib.ExitStack() as holding:  # a live host holds one, listed in its fresh beat
+            holding.enter_context(alive.hold(claims[-2].id, claims[-2].token))
+            alive.host_beat()
         unrenewed = harness.ctx.leases.beat_s + REDRIVE_GRACE_S + unrenewed_by
         _age(harness, host, silent_s, first, unrenewed)
         harness.dispatcher._dead_at = 0.0  # dead hosts are looked for every DEAD_REFRESH_S; tests do not wait
         again = harness.tick()
         rows = _rows(engine, first)
+        assert rows[claims[-2].id] == (
+            "running",
+            1,
+        )  # a beating host's item stays its own, whatever its lease
         if not redriven:
             assert rows == {i: ("running", 1) for i in first}
             assert not set(again) & set(first)
             return
-        assert set(first) <= set(again)  # pending, and sent again at once
+        gone = set(first) - {claims[-2].id}
+        assert gone <= set(again)  # pending, and sent again at once — the unrecorded one too
         # The dead host's late settle loses: the new claim holds a new token.
         with autocommit_scope(harness.ctx.engine) as c:
-            retaken = try_claim(c, first[0], harness.ctx.settings.lease_s)
+            retaken = try_claim(c, first[0], lease_s)
         assert retaken is not None and retaken.token != claims[0].token
         with session_scope(harness.ctx.sessions) as s:
             assert not jobs.items.finish_item(s, claims[0], {"zombie": True})
         assert _rows(engine, [first[0]]) == {first[0]: ("running", 2)}
     finally:
         host.close()
+        alive.close()
         harness.close()
 
 
