@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import timedelta
 
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from jobs.bulk_load import build_lock_sql
-from jobs.clock import now_of
+from jobs.clock import after, now_of
 from models import JOB_LIVE_STATUSES, Item, Job, JobStatus, utcnow
+from models.jobs import IN_FLIGHT_SQL
 
 
 def expire_leases(session: Session) -> int:
@@ -25,6 +27,35 @@ def expire_leases(session: Session) -> int:
         update(Item)
         .where(Item.status == "running", Item.lease_until < now_of(session))
         .values(status="pending", lease_until=None, enqueued_at=None, error="lease expired; re-driven")
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def redrive_abandoned(
+    session: Session, held_elsewhere: Collection[int], unrenewed_s: float, lease_s: float
+) -> int:
+    """Running items whose lease nobody has renewed for `unrenewed_s`, and that no host still beating in
+    Redis lists (`held_elsewhere`), become pending and undispatched again before their lease runs out.
+    Called while some host has been silent for long (workers/dispatcher.py:_redrive_dead).
+
+    Why both conditions: Redis silence alone is no proof the host stopped — one cut off from Redis only
+    still runs its items and renews their leases every third of a lease. A lease is renewed to now +
+    `lease_s`, so one below now + `lease_s` − `unrenewed_s` (by the database's clock) was last renewed more
+    than `unrenewed_s` ago: with `unrenewed_s` above the renewal interval, its holder has stopped renewing.
+    Not the dead host's record alone: an item claimed after its last beat is in no record, and waited for its
+    lease. As after `expire_leases`, the new claim takes a new lease token, so should the holder come back,
+    its late settle loses."""
+    if unrenewed_s >= lease_s:
+        return 0  # the lease runs out first: `expire_leases` has them
+    statement = update(Item).where(
+        text(IN_FLIGHT_SQL),
+        Item.status == "running",
+        Item.lease_until < after(session, lease_s - unrenewed_s),
+    )
+    if held_elsewhere:
+        statement = statement.where(Item.id.not_in(sorted(held_elsewhere)))
+    result = session.execute(
+        statement.values(status="pending", lease_until=None, enqueued_at=None, error="host silent; re-driven")
     )
     return int(getattr(result, "rowcount", 0) or 0)
 

@@ -26,12 +26,26 @@ but one round of perfect fairness. Redis stays a hint: an epoch key that vanishe
 restarted empty) means every queued message is gone, so the leader forgets every pending dispatch at once
 and sends those items again.
 
+A leader can also be alive and unfit: on a slow link (or a starved host) its ticks take long, the
+scopes drain between them, and the deployment runs below its limit although another host could keep it
+full. So every dispatcher beats a fitness figure into Redis (`FITNESS_KEY`, every FITNESS_BEAT_S): the
+round trip of one `SELECT 1` and one Redis call, smoothed. The leader also records how full it finds each
+backlogged scope at the start of a tick (in flight / target: a healthy leader, ticking every 50 ms, finds
+it nearly full; a slow one finds it drained). It steps aside (`should_step_aside`) — releases the lock,
+and for STEP_ASIDE_HOLD_S takes it again only if no other live host remains — when all of: it has led
+for MIN_TENURE_S; it has been unfit (fill below UNFIT_FILL or its round trip above SLOW_RTT_S) for
+UNFIT_FOR_S without a fit moment between (fit again only at FIT_FILL and half of SLOW_RTT_S: a margin, so
+that a figure hovering at the line does not count as recovered); and another host's fresh figure is at
+most 1/RTT_MARGIN of its own (less RTT_SLACK_S). The margin and the tenure keep the lock from flapping:
+the new leader's round trip is far below the old one's, so the old one is never the fitter of the two.
+
 Scopes never block each other: each has its own bound, so a burst of Agent work can hold at most its own
 scope's few items and threads, and Decisions work keeps flowing beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -53,10 +67,18 @@ from jobs import scheduling
 from jobs.quotas import Hold
 from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
+from jobs.sweeper import redrive_abandoned
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
-from workers.leases import HOST_SILENT_S, silent_hosts
+from workers.leases import (
+    HOST_DEAD_S,
+    HOST_SILENT_S,
+    REDRIVE_GRACE_S,
+    beating_items,
+    host_items,
+    silent_hosts,
+)
 from workers.limiter import scope_for, with_headroom
 
 log = logging.getLogger("factgate.workers")
@@ -80,7 +102,23 @@ SCHEDULE_REFRESH_S = 2.0
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
 HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/leases.py)
+DEAD_REFRESH_S = 2.0  # how often it looks for dead ones (their running items re-driven)
 DEFAULT_LATENCY_S = 1.0
+# Leader fitness (the module docstring): each dispatcher's round-trip figure, beaten into Redis.
+# hash: "host name (workers/leases.py) lock token" -> "round trip in µs:Redis time in ms"
+FITNESS_KEY = "factgate:dispatch:fitness"
+FITNESS_BEAT_S = 0.5
+FITNESS_FRESH_S = 2.0  # an older figure is a silent host's (HOST_SILENT_S): not a candidate
+FITNESS_WINDOW_S = 3.0  # the fill figure is the mean over this window of ticks
+RTT_SMOOTHING = 0.5  # weight of the newest probe in the smoothed round trip
+UNFIT_FILL = 0.7  # a backlogged scope found less full than this at a tick's start: the leader lags
+FIT_FILL = 0.85  # ... and fit again only above this (hysteresis)
+SLOW_RTT_S = 0.25  # a round trip to Postgres and Redis slower than this: the leader's link is slow
+UNFIT_FOR_S = 2.0  # unfit this long without a fit moment before stepping aside
+MIN_TENURE_S = 10.0  # a reign lasts at least this long (no flapping)
+RTT_MARGIN = 2.0  # the other host's round trip must be at most half the leader's ...
+RTT_SLACK_S = 0.02  # ... less this (two near-zero figures are equally fit)
+STEP_ASIDE_HOLD_S = 30.0  # after stepping aside, take the lock only when no other live host beats
 
 # Take the lock and open a new term in one step: the term exceeds every earlier one and Redis's clock in ms
 # (so it keeps growing across a Redis that restarted empty). 0 when another process holds the lock.
@@ -119,6 +157,63 @@ def refuse_stale_dispatch(
         scheduling.forget_dispatches(session, [item_id])
     log.warning("item %s: dispatched in term %s, an older one than the current; refused", item_id, epoch)
     return True
+
+
+# Record this dispatcher's figure with Redis's clock; return every fresh figure (token, round trip in µs),
+# dropping stale ones on the way.
+_FITNESS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. now)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local sep = string.find(v, ':', 1, true)
+  local at = sep and tonumber(string.sub(v, sep + 1)) or 0
+  if now - at > tonumber(ARGV[3]) then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    out[#out + 1] = all[i]
+    out[#out + 1] = string.sub(v, 1, sep - 1)
+  end
+end
+return out
+"""
+# Release the lock only if we still hold it (compare-and-delete in one step).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def should_step_aside(
+    *,
+    tenure_s: float,
+    unfit_for_s: float | None,
+    own_rtt_s: float,
+    others_rtt_s: list[float],
+    min_tenure_s: float = MIN_TENURE_S,
+    unfit_window_s: float = UNFIT_FOR_S,
+) -> bool:
+    """The leader's rule for handing the lock over (module docstring): led long enough, unfit for long
+    enough, and another live host clearly fitter — by a margin, so that the new leader never finds the old
+    one fitter than itself and the lock does not go back and forth. `unfit_for_s` is None while fit."""
+    if tenure_s < min_tenure_s or unfit_for_s is None or unfit_for_s < unfit_window_s:
+        return False
+    if not others_rtt_s:
+        return False  # nobody to hand over to: a slow leader is better than none
+    return min(others_rtt_s) * RTT_MARGIN <= own_rtt_s - RTT_SLACK_S
+
+
+def slow_host(rtt_s: float, leader_rtt_s: float) -> bool:
+    """Whether a host's round trip makes it slow beside the leader's: above the fit bound (half of
+    SLOW_RTT_S) and by the step-aside margin — the figure by which a leader would hand the lock to this
+    one, reversed, so a host is never both the fitter and the slow one."""
+    return rtt_s > SLOW_RTT_S / 2 and leader_rtt_s * RTT_MARGIN <= rtt_s - RTT_SLACK_S
 
 
 # Renew the lock only if we still hold it (compare-and-expire in one step).
@@ -162,6 +257,7 @@ class Dispatcher:
         interval_s: float | None = None,
         idle_interval_s: float = 0.1,
         send: Callable[[uuid.UUID, list[Ready], Any], None] | None = None,
+        finalize: Callable[[uuid.UUID], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.app = app
@@ -171,6 +267,7 @@ class Dispatcher:
         self.max_in_flight = settings.dispatch_max_in_flight
         self.window = max(1, settings.chord_size)
         self._send = send or self._send_chord
+        self._finalize = finalize or self._send_finalize
         # The lock's value names the process that holds it (its pid first), so an operator — or the
         # multi-host drill, scripts/drill/ — can tell which host leads.
         self._token = f"{os.getpid()}:{secrets.token_hex(8)}"
@@ -186,10 +283,29 @@ class Dispatcher:
         self._lost: set[int] = set()
         self._lost_hosts: set[str] = set()
         self._lost_at = 0.0
+        self._dead_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = ctx.redis.register_script(_RENEW)
         self._take = ctx.redis.register_script(_TAKE)
+        self._release = ctx.redis.register_script(_RELEASE)
+        self._fitness = ctx.redis.register_script(_FITNESS)
+        # Fitness (module docstring); the thresholds are attributes so that a test can shorten them.
+        self.min_tenure_s = MIN_TENURE_S
+        self.unfit_for_s = UNFIT_FOR_S
+        self.hold_s = STEP_ASIDE_HOLD_S
+        self.rtt_s: float | None = None  # this host's smoothed round trip to Postgres and Redis
+        self.others_rtt_s: dict[str, float] = {}  # the other live dispatchers' figures, by `_field`
+        # This dispatcher's name in FITNESS_KEY: its process's host name (whose beat lists its items) and
+        # its lock token (two dispatchers of one process, as in tests, are two candidates).
+        self._field = f"{ctx.leases.name} {self._token}"
+        self._slow_hosts: set[str] = set()
+        self._fitness_at = -1e9
+        self._fills: deque[tuple[float, float]] = deque()  # (monotonic time, in flight / target)
+        self._unfit_since: float | None = None
+        self._since = 0.0  # monotonic: when this reign began
+        self._held_off_until = 0.0  # monotonic: after stepping aside, leave the lock to the others
+        self.stepped_aside = 0  # how many times this dispatcher handed the lock over
         self.leading = False
         self.term = 0  # this reign's term, carried by every message it sends
         self._valid_until = 0.0  # monotonic: until then the lock cannot have expired
@@ -219,13 +335,17 @@ class Dispatcher:
             except Exception:
                 log.debug("could not release the dispatcher lock", exc_info=True)
         self.leading = False
+        with contextlib.suppress(Exception):
+            self.ctx.redis.hdel(FITNESS_KEY, self._field)  # a stopped host is no candidate
 
     def _run(self) -> None:
         while not self._stop.is_set():
             busy = False
             try:
+                self.beat_fitness()
                 if self.lead():
                     busy = self.tick()
+                    self.assess()
             except Exception as exc:
                 if is_infrastructure_fault(exc):
                     log.warning("dispatcher: infrastructure fault; trying again shortly", exc_info=True)
@@ -241,18 +361,118 @@ class Dispatcher:
         if self.leading and self._renew(keys=[LEADER_KEY], args=[self._token, LEADER_TTL_MS]):
             self._valid_until = asked + LEADER_TTL_MS / 1000 - FENCE_MARGIN_S
             return True
+        if asked < self._held_off_until and self.others_rtt_s:
+            self.leading = False
+            return False  # stepped aside lately, and a fitter host is alive: it takes the lock
         term = int(self._take(keys=[LEADER_KEY, TERM_KEY], args=[self._token, LEADER_TTL_MS]) or 0)
         self.leading = term > 0
         if self.leading:
             self.term = term
             self._valid_until = asked + LEADER_TTL_MS / 1000 - FENCE_MARGIN_S
             self._scopes.clear()  # a new reign starts a fresh round
+            self._since = asked
+            self._fills.clear()
+            self._unfit_since = None
             log.info("dispatcher: this worker now leads (term %d)", term)
         return self.leading
 
     def still_leading(self) -> bool:
         """Whether the lock is surely still ours, by this host's monotonic clock since the last renewal."""
         return self.leading and time.monotonic() < self._valid_until
+
+    # --- fitness ------------------------------------------------------------------------------------
+
+    def probe_rtt(self) -> float:
+        """One round trip to Postgres and one to Redis, in seconds: what every tick pays many times over."""
+        started = time.monotonic()
+        with self.ctx.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        self.ctx.redis.ping()
+        return time.monotonic() - started
+
+    def beat_fitness(self, now: float | None = None) -> None:
+        """Every FITNESS_BEAT_S: measure the round trip, publish it, and read the other hosts' figures."""
+        moment = time.monotonic() if now is None else now
+        if moment - self._fitness_at < FITNESS_BEAT_S:
+            return
+        self._fitness_at = moment
+        try:
+            rtt = self.probe_rtt()
+            smoothed = rtt if self.rtt_s is None else RTT_SMOOTHING * rtt + (1 - RTT_SMOOTHING) * self.rtt_s
+            self.rtt_s = smoothed
+            flat = self._fitness(
+                keys=[FITNESS_KEY],
+                args=[self._field, int(smoothed * 1e6), int(FITNESS_FRESH_S * 1000), 60_000],
+            )
+        except Exception:
+            # Postgres or Redis away: this host publishes nothing, so it is no candidate (and the lock's
+            # own renewal, tried next, decides whether it still leads).
+            log.debug("dispatcher: no fitness figure this beat", exc_info=True)
+            return
+        others: dict[str, float] = {}
+        for i in range(0, len(flat) - 1, 2):
+            name = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
+            if name != self._field:
+                with contextlib.suppress(TypeError, ValueError):
+                    others[name] = int(flat[i + 1]) / 1e6
+        self.others_rtt_s = others
+
+    def _note_fill(self, in_flight: int, target: int, backlogged: bool) -> None:
+        """How full a scope was found at a tick's start; only a scope with more work than slots says
+        anything about the leader (one that ran out of work is empty for want of items)."""
+        if target > 0 and (backlogged or in_flight >= target):
+            self._fills.append((time.monotonic(), min(1.0, in_flight / target)))
+
+    def fill(self, now: float | None = None) -> float | None:
+        """The mean fill over the last FITNESS_WINDOW_S (None without a backlogged tick)."""
+        horizon = (time.monotonic() if now is None else now) - FITNESS_WINDOW_S
+        while self._fills and self._fills[0][0] < horizon:
+            self._fills.popleft()
+        if not self._fills:
+            return None
+        return sum(f for _t, f in self._fills) / len(self._fills)
+
+    def assess(self, now: float | None = None) -> bool:
+        """After a tick: track how long this leader has been unfit, and step aside when the rule says so
+        (`should_step_aside`). True when it stepped aside."""
+        if not self.leading:
+            return False
+        moment = time.monotonic() if now is None else now
+        fill, rtt = self.fill(moment), self.rtt_s or 0.0
+        unfit = (fill is not None and fill < UNFIT_FILL) or rtt > SLOW_RTT_S
+        fit = (fill is None or fill >= FIT_FILL) and rtt <= SLOW_RTT_S / 2
+        if unfit and self._unfit_since is None:
+            self._unfit_since = moment
+        elif fit:
+            self._unfit_since = None
+        if not should_step_aside(
+            tenure_s=moment - self._since,
+            unfit_for_s=None if self._unfit_since is None else moment - self._unfit_since,
+            own_rtt_s=rtt,
+            others_rtt_s=list(self.others_rtt_s.values()),
+            min_tenure_s=self.min_tenure_s,
+            unfit_window_s=self.unfit_for_s,
+        ):
+            return False
+        self.step_aside(moment, fill, rtt)
+        return True
+
+    def step_aside(self, now: float, fill: float | None, rtt: float) -> None:
+        """Release the lock (if still ours) and leave it to the fitter host for `hold_s`."""
+        self._release(keys=[LEADER_KEY], args=[self._token])
+        self.leading = False
+        self._valid_until = 0.0
+        self._held_off_until = now + self.hold_s
+        self._unfit_since = None
+        self.stepped_aside += 1
+        log.warning(
+            "dispatcher: stepping aside (term %d): scopes %s full, round trip %.0f ms; another host's is "
+            "%.0f ms",
+            self.term,
+            "-" if fill is None else f"{fill:.0%}",
+            rtt * 1000,
+            min(self.others_rtt_s.values(), default=0.0) * 1000,
+        )
 
     # --- one round --------------------------------------------------------------------------------
 
@@ -325,6 +545,68 @@ class Dispatcher:
             )
         self._lost_hosts = set(silent)
         self._lost = {i for items in silent.values() for i in items}
+        slow = self._slow(set(silent))
+        self._lost |= {i for items in slow.values() for i in items}
+        if silent:
+            self._redrive_dead(now, forget_s)
+
+    def slow_hosts(self) -> set[str]:
+        """Hosts whose fresh fitness figure is clearly worse than this leader's, by the step-aside margin
+        (`slow_host`)."""
+        own = self.rtt_s or 0.0
+        return {
+            name.split(" ", 1)[0]
+            for name, rtt in self.others_rtt_s.items()
+            if slow_host(rtt, own) and name.split(" ", 1)[0] != self.ctx.leases.name
+        }
+
+    def _slow(self, silent: set[str]) -> dict[str, list[int]]:
+        """The items of slow hosts (not silent ones: those are counted already). A host on a slow link
+        runs its items slowly — its round trips to Postgres, Redis and the upstream queue behind its own
+        traffic — so counted in flight they keep the scope below its rate, as a silent host's did. Their
+        running items take no slot; they stay the host's own (the limiter still paces every call, so
+        dispatching more cannot exceed the upstream's limit)."""
+        names = self.slow_hosts() - silent
+        newly = names - self._slow_hosts
+        if newly:
+            log.warning(
+                "dispatcher: host %s is slow (round trip far above this leader's); its running items "
+                "take no slot",
+                ", ".join(sorted(newly)),
+            )
+        self._slow_hosts = names
+        return host_items(self.ctx.redis, sorted(names))
+
+    def _redrive_dead(self, now: float, forget_s: float) -> int:
+        """While some host has been silent for HOST_DEAD_S: the running items no host beating since lists
+        and whose leases stopped moving are pending again now, not when their lease runs out
+        (FACTGATE_LEASE_S, minutes), so a killed host's items do not hold its job's end. The lease token
+        still decides who writes (jobs/sweeper.py:redrive_abandoned)."""
+        if now - self._dead_at < DEAD_REFRESH_S:
+            return 0
+        self._dead_at = now
+        lease_s = float(self.ctx.settings.lease_s)
+        unrenewed_s = self.ctx.leases.beat_s + REDRIVE_GRACE_S
+        if max(HOST_DEAD_S, unrenewed_s) >= lease_s:
+            return 0  # the lease runs out as soon: the sweeper re-drives them
+        dead = silent_hosts(self.ctx.redis, HOST_DEAD_S, forget_s)
+        if not dead:
+            return 0
+        # Whatever a host that beat since lists stays its own; the rest unrenewed is the dead hosts' —
+        # their record's and any item they claimed after their last beat.
+        held = beating_items(self.ctx.redis, HOST_DEAD_S)
+        with session_scope(self.ctx.sessions) as session:
+            moved = redrive_abandoned(session, held, unrenewed_s, lease_s)
+        if moved:
+            log.warning(
+                "dispatcher: host %s silent for over %.0f s, its leases unrenewed for %.0f s; %d running "
+                "items re-driven",
+                ", ".join(sorted(dead)),
+                HOST_DEAD_S,
+                unrenewed_s,
+                moved,
+            )
+        return moved
 
     def tick(self) -> bool:
         """One round: for each scope with free slots, allocate them fairly and send the picks.
@@ -367,13 +649,17 @@ class Dispatcher:
         if not self.still_leading():
             return 0  # the lock may have lapsed during this tick (a pause, a stall): mark nothing
         with session_scope(self.ctx.sessions) as session:
-            free = self.target(endpoint) - scheduling.in_flight(session, scope, self._lost)
+            target = self.target(endpoint)
+            flying = scheduling.in_flight(session, scope, self._lost)
+            free = target - flying
             if free <= 0:
+                self._note_fill(flying, target, backlogged=True)
                 return 0
             # One more than can be sent: a job that gets every free slot and still has work must not look
             # drained to the policy, or it would leave its round and lose the rest of its quantum (its
             # weight would then count for nothing while slots come one or two at a time).
             ready = scheduling.ready_items(session, [j.id for j in jobs], endpoint, free + 1)
+            self._note_fill(flying, target, backlogged=sum(len(r) for r in ready.values()) > free)
             backlogs = [
                 Backlog(
                     job_id=str(j.id),
@@ -543,3 +829,17 @@ class Dispatcher:
             }
         with session_scope(self.ctx.sessions) as session:
             scheduling.store_schedules(session, views)
+        # A running job with nothing left open is finished, but its finalize may wait on a chord that will
+        # not close soon: a window whose item's first copy is on a slow, paused or dead host (the copy that
+        # settled it ran elsewhere) joins only when that copy returns, if ever. Ask for it here, at most
+        # every SCHEDULE_REFRESH_S, rather than leaving it to the sweep (FACTGATE_SWEEP_INTERVAL_S).
+        for job in jobs:
+            if job.status == "in_progress" and remaining.get(job.id, 0) == 0:
+                self._finalize(job.id)
+
+    def _send_finalize(self, job_id: uuid.UUID) -> None:
+        """`after_window` with no questions is the job's finalize alone (idempotent; any worker runs it)."""
+        try:
+            self.app.send_task("factgate.after_window", args=(str(job_id), []), ignore_result=True)
+        except Exception:
+            log.warning("dispatcher: could not ask to finalize job %s; the sweep will", job_id, exc_info=True)

@@ -45,6 +45,13 @@ HOST_BEAT_S = 0.5
 # moment of a loaded host, shorter than the leader lock's expiry (workers/dispatcher.py), so that by the
 # time another host leads, the silent one's slots are already free.
 HOST_SILENT_S = 2.0
+# A host silent this long, whose leases have also not been renewed for a renewal interval and
+# REDRIVE_GRACE_S, is taken for dead: its running items are re-driven before their lease runs out
+# (workers/dispatcher.py:_redrive_dead). Longer than the pauses and cuts a host is expected to come back
+# from (the drill's: 15 s and 20 s): a host that does come back after this finds its items taken, and
+# the call it had in the air is made twice — the trade the lease makes, at a bound shorter than it.
+HOST_DEAD_S = 30.0
+REDRIVE_GRACE_S = 5.0
 
 # Record this process's items, stamped with Redis time; the record outlives the beat (a silent host's items
 # must stay known) for as long as a lease can.
@@ -89,6 +96,44 @@ def silent_hosts(rds: redis_lib.Redis, silent_s: float, forget_s: float) -> dict
         name = flat[i].decode() if isinstance(flat[i], bytes) else str(flat[i])
         try:
             out[name] = [int(x) for x in json.loads(flat[i + 1])]
+        except (TypeError, ValueError):
+            out[name] = []
+    return out
+
+
+# The items of every host that beat within the last ARGV[1] ms.
+_BEATING = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = redis.call('GET', ARGV[2] .. id) or '[]'
+end
+return out
+"""
+
+
+def beating_items(rds: redis_lib.Redis, within_s: float) -> set[int]:
+    """Every item listed by a host whose last beat is at most `within_s` old (by Redis's clock)."""
+    script = rds.register_script(_BEATING)
+    out: set[int] = set()
+    for raw in script(keys=[HOSTS_KEY], args=[int(within_s * 1000), HOST_KEY.format("")]):
+        try:
+            out.update(int(x) for x in json.loads(raw))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def host_items(rds: redis_lib.Redis, names: list[str]) -> dict[str, list[int]]:
+    """The items the named processes last said they hold or have received (their beat's record)."""
+    if not names:
+        return {}
+    out: dict[str, list[int]] = {}
+    for name, raw in zip(names, rds.mget([HOST_KEY.format(n) for n in names]), strict=True):
+        try:
+            out[name] = [int(x) for x in json.loads(raw)] if raw is not None else []
         except (TypeError, ValueError):
             out[name] = []
     return out
