@@ -231,7 +231,10 @@ def celery_redis_settings(url: str, *, visibility_timeout: int) -> dict[str, Any
         "visibility_timeout": visibility_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_keepalive": True,
-        "retry_on_timeout": True,
+        # No `retry_on_timeout` here: kombu publishes a producer's batch as one Redis pipeline only on a
+        # connection that never retries a command (a retried pipeline could send a message twice), and the
+        # dispatcher sends each tick's windows in one batch (tests/integration/test_dispatch_send.py).
+        # A publish that times out fails the tick's send, and its items are dispatched again.
     }
     backend: dict[str, Any] = {"retry_policy": {"timeout": 5.0}}
     conf: dict[str, Any] = {

@@ -172,5 +172,9 @@ def test_the_products_clients_follow_the_master_through_a_failover(group: Group,
 
     _until("result backend writes again", store_result)
     assert _on(new, f"{tag}:result2") == b"r2"
-    _until("broker publishes again", lambda: app.send_task("factgate.noop", queue=f"fgtest-{tag}") and True)
-    assert new.llen(f"fgtest-{tag}") >= 2  # the message from before (replicated) and the one after
+    _until(
+        "broker publishes again", lambda: app.send_task("factgate.noop", queue=f"fgtest-{tag}-after") and True
+    )
+    # A queue of its own: the message from before the failover may not have reached the replica (Redis
+    # replicates asynchronously; the database sends a lost message again), this one must be on the new master.
+    assert new.llen(f"fgtest-{tag}-after") >= 1
