@@ -209,6 +209,17 @@ class Procs:
         # --loglevel warning hides the "ready" line; poll the broker for a live worker instead.
         time.sleep(3.0)
 
+    def start_beat(self, name: str = "beat", loglevel: str = "warning") -> None:
+        """`celery beat` as the Procfile runs it (the sweeper schedule), with its schedule file in the logs."""
+        argv = [str(BIN / "celery"), "-A", "workers.app", "beat", "--loglevel", loglevel,
+                "--schedule", str(self.logdir / f"{name}.db")]  # fmt: skip
+        self.start(name, argv)
+
+    def start_cpu_hogs(self, n: int) -> None:
+        """`n` processes that only burn CPU (one core each), unrelated to the stack: a busy host."""
+        for i in range(n):
+            self.start(f"cpu-hog-{i}", [sys.executable, "-c", "while True: pass"])
+
     def start_web(self, port: int, workers: int = 1) -> str:
         self.start(
             "web",

@@ -81,6 +81,10 @@ class Settings:
     # Fraction of each rate left unused, so slot-to-arrival jitter never puts one request too many into
     # an upstream second (workers/limiter.py). Must be in [0, 1).
     limiter_headroom: float = 0.02
+    # The wire gate's margin: how much longer one request may take from "written" to "counted upstream"
+    # than a request written a window later, before the gate can no longer rule out one too many in a
+    # window (docs/architecture.md, "The wire gate"). In [0, 1).
+    limiter_arrival_margin_s: float = 0.005
 
     # Intake limits.
     max_rows_per_job: int = 1_000_000
@@ -145,6 +149,11 @@ class Settings:
             raise ValueError(f"FACTGATE_HSTS_MAX_AGE_S must be 0 or more, got {self.hsts_max_age_s}")
         # A headroom of 1 or more would turn every limit into "0 requests/s", which the limiter reads as
         # unlimited: refuse it where the settings are made, not at the first upstream call.
+        if not 0.0 <= self.limiter_arrival_margin_s < 1.0:
+            raise ValueError(
+                "FACTGATE_LIMITER_ARRIVAL_MARGIN_S must be at least 0 and below 1 (seconds), "
+                f"got {self.limiter_arrival_margin_s}"
+            )
         if not 0.0 <= self.limiter_headroom < 1.0:
             raise ValueError(
                 f"FACTGATE_LIMITER_HEADROOM must be at least 0 and below 1, got {self.limiter_headroom}"
@@ -208,6 +217,7 @@ class Settings:
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
             limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.02),
+            limiter_arrival_margin_s=_float(e, "FACTGATE_LIMITER_ARRIVAL_MARGIN_S", 0.005),
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 1_000_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 256 * 1024 * 1024),
