@@ -206,6 +206,11 @@ class Procs:
         if beat:
             argv += ["-B", "--schedule", str(self.logdir / f"{name}-beat.db")]
         self.start(name, argv)
+        if loglevel.lower() in ("info", "debug"):
+            # Celery says "ready." once it consumes; on a busy host that can take well over 3 s, and a job
+            # enqueued before it would count the start-up against the run.
+            self.wait_log(name, " ready.", timeout=180)
+            return
         # --loglevel warning hides the "ready" line; poll the broker for a live worker instead.
         time.sleep(3.0)
 
