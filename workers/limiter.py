@@ -71,8 +71,9 @@ import redis
 #            ARGV[5] = the caller's longest wait (us) -> {taken 0/1, slot, now}
 #   check:   -> {blocked_until (0 = never blocked), now}
 #   block:   ARGV[3] = block length (us) -> {max(blocked_until, now), now}
-#   gate:    KEYS[2] = wire log, ARGV[3..6] as described there
-#            -> {passed 0/1, wake_at, now, why 0 passed / 1 blocked by a 429 / 2 window full}
+#   gate:    KEYS[2] = wire log, ARGV[3..7] as described there
+#            -> {passed 0/1, go_at (passed: when it may go; else when to ask again), now,
+#                why 0 free now / 1 blocked by a 429 / 2 window full}
 #   sent:    KEYS[2] = wire log, ARGV[3..7] -> {time recorded, now}
 _LUA: Final = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -107,12 +108,13 @@ if op == 'gate' or op == 'sent' then
   -- The wire log KEYS[2]: a sorted set of one member per request that passed the gate, scored by when it
   -- left (reported by 'sent') or, until then, by the latest time it may leave (gate + in-flight bound).
   -- ARGV[3] = the span counted (upstream window + margin, us), ARGV[4] = the upstream's window size,
-  -- ARGV[5] = the in-flight bound (us), ARGV[6] = the request's member.
+  -- ARGV[5] = the in-flight bound (us), ARGV[6] = the request's member, ARGV[7] = for 'gate' the
+  -- caller's longest wait (us), for 'sent' its bound on when the request left.
   local wire = KEYS[2]
   local span = tonumber(ARGV[3])
   local keep_ms = math.ceil((span + tonumber(ARGV[5])) / 1000) + slack_ms
   if op == 'sent' then
-    -- ARGV[7]: the caller's own bound on when the request left (pass time + what its clock measured
+    -- ARGV[7]: the caller's own bound on when the request left (the gate's now + what its clock measured
     -- since it called the gate); now is a bound too (this runs after the request left): keep the smaller.
     local left = math.min(now, tonumber(ARGV[7]))
     redis.call('ZADD', wire, string.format('%.0f', left), ARGV[6])
@@ -128,10 +130,19 @@ if op == 'gate' or op == 'sent' then
     redis.call('PEXPIRE', wire, keep_ms)
     return {1, now, now, 0}
   end
-  -- Full: the caller may go once the entry that makes it full ages out of the span. An entry still in
-  -- flight is scored in the future; it reports soon, so the caller polls rather than waiting that long.
+  -- Full: the caller may go once the entry that makes it full ages out of the span. If that entry has
+  -- reported (its score is when it left), that time is known: book this request for it now (in flight
+  -- from here on, so later callers count it) unless it is beyond the caller's budget (ARGV[7]), and the
+  -- caller sleeps until it and writes without asking again. An entry still in flight is scored in the
+  -- future; it reports soon, so the caller polls rather than waiting that long.
   local first = redis.call('ZRANGE', wire, count - size, count - size, 'WITHSCORES')
-  return {0, tonumber(first[2]) + span, now, 2}
+  local free_at = tonumber(first[2]) + span
+  if tonumber(first[2]) <= now and free_at - now <= tonumber(ARGV[7]) then
+    redis.call('ZADD', wire, string.format('%.0f', free_at + tonumber(ARGV[5])), ARGV[6])
+    redis.call('PEXPIRE', wire, keep_ms)
+    return {1, free_at, now, 2}
+  end
+  return {0, free_at, now, 2}
 end
 
 -- op == 'reserve'
@@ -257,8 +268,9 @@ class UpstreamWindow:
 class WirePass:
     """A request let through the wire gate: its member in the scope's wire log, and what it waited.
 
-    `passed_us` is Redis' clock when it passed (the request leaves after it). Give it back to
-    `RateLimiter.left_wire` once the request is written, so its entry is scored by when it left.
+    `passed_us` is the Redis time from which it may go (the request leaves after it; the caller has slept
+    until then). Give it back to `RateLimiter.left_wire` once the request is written, so its entry is
+    scored by when it left.
     """
 
     scope: str
@@ -266,7 +278,8 @@ class WirePass:
     passed_us: int
     waited: float
     span_us: int
-    called_at: float  # the caller's monotonic clock just before the gate call that passed
+    anchor_us: int  # Redis' clock when the gate call that passed ran
+    called_at: float  # the caller's monotonic clock just before that call
 
 
 def scope_for(api_key: str | None, endpoint: str) -> str:
@@ -455,10 +468,19 @@ class RateLimiter:
             called_at = self._clock()
             passed, wake_us, now_us, why = self._script(
                 keys=[self.key(scope), self.wire_key(scope)],
-                args=["gate", _TTL_SLACK_MS, span_us, window.size, self._in_flight_us, member],
-            )
+                args=[
+                    "gate", _TTL_SLACK_MS, span_us, window.size, self._in_flight_us, member,
+                    max(0, budget_us - waited_us),
+                ],
+            )  # fmt: skip
             if passed:
-                return WirePass(scope, member, int(now_us), waited_us / _US, span_us, called_at)
+                # Booked for `wake_us` (now, or when the entry that filled the window ages out): sleep
+                # until then and go, with no second call between the wake-up and the wire.
+                ahead_us = int(wake_us) - int(now_us)
+                if ahead_us > 0:
+                    self._sleep(ahead_us / _US)
+                    waited_us += ahead_us
+                return WirePass(scope, member, int(wake_us), waited_us / _US, span_us, int(now_us), called_at)
             wait_us = max(1, int(wake_us) - int(now_us))
             if why == 2 and int(wake_us) - span_us > int(now_us):
                 # The entry that fills the window is still in flight: it reports any moment now.
@@ -490,7 +512,7 @@ class RateLimiter:
                 0,
                 self._in_flight_us,
                 wire_pass.member,
-                wire_pass.passed_us + elapsed_us,
+                wire_pass.anchor_us + elapsed_us,
             ],
         )
         return int(left_us)

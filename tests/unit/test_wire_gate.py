@@ -13,6 +13,7 @@ TIME is patched for the test), so nothing here sleeps or depends on how fast the
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -146,6 +147,33 @@ def test_the_gate_lets_a_window_size_through_and_holds_the_next_until_the_first_
     assert eleventh.waited > 0
 
 
+def test_a_full_window_books_the_moment_it_frees_and_the_caller_goes_without_asking_again(
+    limiter: RateLimiter, clock: SimClock
+) -> None:
+    s = scope()
+    for _ in range(10):
+        wire = limiter.enter_wire(s, RATE)
+        assert wire is not None
+        limiter.left_wire(wire)
+    probes: list[str] = []
+
+    def probe() -> None:  # another caller, while the booked one sleeps
+        try:
+            limiter.enter_wire(s, RATE, max_wait_s=0.1)
+        except LimiterTimeout:
+            probes.append("held")
+        else:
+            probes.append("passed")
+
+    clock.at(clock.now + 0.5, probe)
+    calls_before = len(clock.sleeps)
+    booked = limiter.enter_wire(s, RATE)
+    assert booked is not None
+    # One sleep until the window frees, no polling; booked in flight at once, so a caller meanwhile counts it.
+    assert clock.sleeps[calls_before] == pytest.approx(1.0 + MARGIN_S, abs=1e-5)
+    assert probes == ["held"]
+
+
 def test_a_request_still_in_flight_counts_until_it_reports(limiter: RateLimiter, clock: SimClock) -> None:
     s = scope()
     stuck = [limiter.enter_wire(s, RATE) for _ in range(10)]  # none of them reports: all in flight
@@ -184,9 +212,7 @@ def test_left_wire_records_the_tighter_of_its_own_bound_and_redis_now(
     assert abs(limiter.left_wire(wire) - (wire.passed_us + 3_000)) <= 1  # µs rounding of the float clock
     late = limiter.enter_wire(s, RATE)
     assert late is not None
-    shifted = WirePass(
-        late.scope, late.member, late.passed_us, late.waited, late.span_us, late.called_at - 1.0
-    )
+    shifted = dataclasses.replace(late, called_at=late.called_at - 1.0)
     # A caller whose own clock says more than Redis' does: Redis' now (never later than the report) wins.
     assert limiter.left_wire(shifted) == late.passed_us
 
