@@ -11,33 +11,42 @@ Slots already booked stand when the rate changes; the new rate spaces the ones a
 
 Why headroom: the upstream counts requests when they arrive, not when we granted them, and the path from
 slot to arrival (waking a thread, the GIL, building and sending the request, the network) takes a
-variable time. Slots exactly ``1/r`` apart leave no room for that: if one request's slot-to-arrival delay
-is a few ms longer than that of the request ten slots later, 11 arrive within one upstream second. So the
-caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are
-``1/(r(1-h))`` apart, and any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is
-``10/r · h/(1-h)`` s more than the upstream's one-second window at 10/s (20.4 ms with the default h = 0.02; in
-general ``r + 1`` consecutive slots span ``h/(1-h)`` s more than a second, whatever the rate). The upstream
-never sees 11 in a second unless one request's slot-to-arrival delay exceeds that of the request ten slots
-later by more than this slack.
+variable time. So the caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``):
+slots are ``1/(r(1-h))`` apart, and any ``r + 1`` consecutive slots span ``h/(1-h)`` s more than the
+upstream's window (20.4 ms at 10/s with the default h = 0.02). With slots alone that slack is the only
+defence: one request held up 25 ms more than the request ten slots later puts 11 into one upstream
+second. The headroom now only keeps the wire gate idle most of the time; the gate is what guarantees.
+
+Why a wire gate (`enter_wire`, `left_wire`): a decision taken before the POST cannot see what happens
+after it — a thread not scheduled, a pooled connection to open, TLS. So the client calls the gate from
+httpcore's trace hook, once the connection is up and just before the first byte, with the upstream's real
+rate; and again once the last byte is written, to record when the request left. The gate mirrors the
+upstream's own window on our side, with measured send times in place of grant times: a sorted set per
+scope of the requests that passed, each scored by (an upper bound on) when it left, or, until it reports,
+counted as in flight. A request passes when fewer than the window's size ``N`` left within the last
+``W + m`` (the upstream window plus ``FACTGATE_LIMITER_ARRIVAL_MARGIN_S``) or are in flight. Whatever
+stalls happen anywhere on our side, the upstream then never counts ``N + 1`` in a window, as long as the
+time from "written" to "counted upstream" of one request exceeds that of a request written later by less
+than ``m`` — docs/architecture.md ("The wire gate") has the proof. A stall only costs time: the request
+after it in the window waits at the gate for the stalled one's real send time to age out.
 
 Why a check before sending: a 429 after slots were handed out must still hold back every caller that has
 not sent yet. `block` moves the scope's ``blocked_until`` forward (never back) for everybody; a caller
 that slept re-reads it (one cheap script call, which also returns Redis' clock, so a caller that woke
 before its slot sleeps the rest) and, if blocked, reserves again — new slots are never before
-``blocked_until``. A reservation further away than the caller's ``max_wait_s`` is not taken: the caller
-gets `LimiterTimeout` and nothing is booked, so the next caller gets that slot.
+``blocked_until``; the gate holds on a block too. A reservation further away than the caller's
+``max_wait_s`` is not taken: the caller gets `LimiterTimeout` and nothing is booked, so the next caller
+gets that slot.
 
-Why a late caller books again: the slack is sized for ordinary jitter (a few ms), not for a stalled
-process — a full garbage collection in a worker holds every thread for ~40 ms, and the request whose slot
-fell inside it would go out that late and, against the on-time request ten slots later, draw a 429. A
-caller whose check finds it more than `max_late_s` (10 ms) past its slot leaves the slot unused and books
-a new one instead of sending; once per `acquire`, so a host that is always slow still sends rather than
-re-booking for ever. What the check cannot see — a stall between the check and the request reaching the
-upstream — is left to the slack.
+Why a late caller no longer books again: before the gate, a caller that woke more than 10 ms after its
+slot left the slot unused and booked a new one, since sending late could crowd the next requests'
+upstream second. With the gate a late request is safe as it is, and re-booking only left a slot unused;
+`max_late_s` keeps the old behaviour for whoever asks for it.
 
 Time comes from Redis ``TIME`` inside the script, so clock skew between worker machines cannot loosen the
 limit. Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields
-``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time. The key's TTL covers the
+``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time, and one sorted set
+``{prefix}:{scope}:wire``, the wire log (at most ``N`` plus the requests in flight). The key's TTL covers the
 later of the two, plus a little, so an idle scope disappears. Redis is a hint (docs/architecture.md,
 Invariants): losing the key (expiry, FLUSHALL, failover) forgets the bookings and the block — callers
 already asleep keep their slots while new ones start again from "now", so for at most one round of
