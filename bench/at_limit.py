@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
+import os
 import sys
 import time
 import uuid
@@ -80,6 +81,7 @@ class Run:
     started_mono: float
     wire_held: int = 0
     wire_held_s: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)  # the host's 1-minute load average at the start and the end
 
     def rate(self, n: int) -> float:
         return n / self.elapsed
@@ -109,14 +111,17 @@ def run_job(
 ) -> Run:
     rows = claim_rules.validate_rows(claims(n, tag))
     units, _ = claim_units(rows, opts)
+    before_429 = decisions_429s(sim)
+    held_before, held_s_before = wire_held()
+    celery = make_celery(settings, with_tasks=False)
+    # The clock starts before the job exists: the dispatcher picks a queued job up from its row, without
+    # waiting for the message.
+    load_before = os.getloadavg()[0]
+    t0_wall, t0_mono = time.time(), time.monotonic()
     with session_scope(sessions) as s:
         tenant = get_or_create_tenant(s, "bench")
         job, _ = create_job(s, tenant_id=tenant.id, kind="claims", options=opts.as_dict(), units=units)
         job_id = job.id
-    before_429 = decisions_429s(sim)
-    held_before, held_s_before = wire_held()
-    celery = make_celery(settings, with_tasks=False)
-    t0_wall, t0_mono = time.time(), time.monotonic()
     enqueue_start(celery, job_id)
     while True:
         with Session(engine) as s:
@@ -144,6 +149,7 @@ def run_job(
         started_mono=t0_mono,
         wire_held=held - held_before,
         wire_held_s=held_s - held_s_before,
+        load=(load_before, os.getloadavg()[0]),
     )
 
 
@@ -152,7 +158,8 @@ def report(i: int, run: Run, n: int, headroom: float) -> None:
     interval = 1 / (LIMIT * (1 - headroom))
     times = [t for t, _ok in run.arrivals]
     accepted = [t for t, ok in run.arrivals if ok]
-    print(f"run {i}: {n} claims, job {run.status}, {run.attempts} upstream attempts")
+    print(f"run {i}: {n} claims, job {run.status}, {run.attempts} upstream attempts; host load "
+          f"{run.load[0]:.1f} → {run.load[1]:.1f} (1-min average, {os.cpu_count()} cores)")  # fmt: skip
     print(f"  achieved                   {rate:.2f} req/s   ratio to limit {rate / LIMIT:.3f}   "
           f"submit → completed {run.elapsed:.2f} s")  # fmt: skip
     print(f"  simulator answered         {len(accepted)} accepted (200s), {len(times) - len(accepted)} refused (429s); "
