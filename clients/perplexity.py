@@ -149,18 +149,24 @@ class _Wire:
     as anything can, and the limiter learns when the request actually left.
     """
 
-    def __init__(self, gate: WireGate, endpoint: str) -> None:
+    def __init__(self, gate: WireGate, endpoint: str, clock: Callable[[], float]) -> None:
         self._gate = gate
         self._endpoint = endpoint
+        self._clock = clock
         self._left: Callable[[], object] | None = None
+        # Seconds spent in the gate: a wait for the limiter, not upstream latency (the record says which).
+        self.held_s = 0.0
 
     def trace(self, event: str, info: Mapping[str, Any]) -> None:
         if event.endswith(".send_request_headers.started"):
             self.done()  # never two open passes for one attempt
+            entered = self._clock()
             try:
                 self._left = self._gate(self._endpoint)
             except Exception as exc:
                 raise _GateStopped(exc) from exc
+            finally:
+                self.held_s += max(0.0, self._clock() - entered)
         elif event.endswith(".send_request_body.complete"):
             self.done()
 
@@ -330,7 +336,7 @@ class PerplexityClient:
             status: int | None = None
             request_id: str | None = None
             retry_after: str | None = None
-            wire = None if self._before_send is None else _Wire(self._before_send, endpoint)
+            wire = None if self._before_send is None else _Wire(self._before_send, endpoint, self._clock)
             try:
                 try:
                     response = self._http.post(
@@ -348,12 +354,14 @@ class PerplexityClient:
                     raise stopped.cause from None
                 raise CallInterrupted(record(), stopped.cause) from stopped.cause
             except httpx.HTTPError as error:
-                latency = self._clock() - sent
+                latency = self._clock() - sent - held(wire)
+                queue_wait += held(wire)
                 detail = str(error)
                 message = surface(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
                 retryable = retryable_exception(error)
             else:
-                latency = self._clock() - sent
+                latency = self._clock() - sent - held(wire)
+                queue_wait += held(wire)
                 status = response.status_code
                 request_id = request_id_of(response)
                 retry_after = response.headers.get("retry-after")
@@ -421,6 +429,11 @@ class PerplexityClient:
             last.latency_s,
             f" error={last.error}" if last.error else "",
         )
+
+
+def held(wire: _Wire | None) -> float:
+    """Seconds an attempt waited in the wire gate (0 without one)."""
+    return 0.0 if wire is None else wire.held_s
 
 
 def _json(response: httpx.Response) -> object:

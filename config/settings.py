@@ -78,9 +78,9 @@ class Settings:
     search_rps: float = 50.0
     agent_rps: float = 3.0
     limiter_max_wait_s: float = 60.0
-    # Fraction of each rate left unused, so slot-to-arrival jitter never puts one request too many into
-    # an upstream second (workers/limiter.py). Must be in [0, 1).
-    limiter_headroom: float = 0.02
+    # Fraction of each rate left unused, so that slot-to-wire jitter seldom makes the wire gate hold a
+    # request (the gate, not the headroom, keeps the upstream's window; workers/limiter.py). In [0, 1).
+    limiter_headroom: float = 0.01
     # The wire gate's margin: how much longer one request may take from "written" to "counted upstream"
     # than a request written a window later, before the gate can no longer rule out one too many in a
     # window (docs/architecture.md, "The wire gate"). In [0, 1).
@@ -216,7 +216,7 @@ class Settings:
             search_rps=_float(e, "FACTGATE_SEARCH_RPS", 50.0),
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
-            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.02),
+            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.01),
             limiter_arrival_margin_s=_float(e, "FACTGATE_LIMITER_ARRIVAL_MARGIN_S", 0.005),
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 1_000_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),

@@ -13,9 +13,10 @@ Why headroom: the upstream counts requests when they arrive, not when we granted
 slot to arrival (waking a thread, the GIL, building and sending the request, the network) takes a
 variable time. So the caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``):
 slots are ``1/(r(1-h))`` apart, and any ``r + 1`` consecutive slots span ``h/(1-h)`` s more than the
-upstream's window (20.4 ms at 10/s with the default h = 0.02). With slots alone that slack is the only
-defence: one request held up 25 ms more than the request ten slots later puts 11 into one upstream
-second. The headroom now only keeps the wire gate idle most of the time; the gate is what guarantees.
+upstream's window (10.1 ms at 10/s with the default h = 0.01; 20.4 ms at the former 0.02). With slots
+alone that slack was the only defence: one request held up 25 ms more than the request ten slots later
+put 11 into one upstream second. The headroom now only keeps the wire gate idle while our jitter is
+small; the gate is what guarantees.
 
 Why a wire gate (`enter_wire`, `left_wire`): a decision taken before the POST cannot see what happens
 after it — a thread not scheduled, a pooled connection to open, TLS. So the client calls the gate from

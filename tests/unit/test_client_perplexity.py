@@ -853,3 +853,17 @@ def test_httpx_real_transport_calls_the_gate_before_the_bytes_and_reports_after_
         finally:
             client.close()
     assert order == ["gate decisions", "left", "gate decisions", "left"]
+
+
+def test_time_held_at_the_gate_is_queue_wait_not_upstream_latency() -> None:
+    h = Harness(post_latency_s=0.5)
+    h.replies = [traced(httpx.Response(200, json=ok_decision()), h.events)]
+
+    def gate(endpoint: str) -> Callable[[], object]:
+        h.now += 0.2  # held 200 ms before the first byte
+        return lambda: None
+
+    decision = h.client(before_send=gate).decide(claim_body())
+    attempt = decision.record.attempts[0]
+    assert attempt.latency_s == pytest.approx(0.5)
+    assert attempt.queue_wait_s == pytest.approx(0.2)

@@ -26,13 +26,15 @@ import fakeredis
 import pytest
 from fakeredis.commands_mixins import server_mixin
 
+from config import Settings
 from simulator.limits import RateLimiter as UpstreamLimiter
 from workers.limiter import LimiterTimeout, RateLimiter, UpstreamWindow, WirePass
 
 US = 1_000_000
 RATE = 10.0
-HEADROOM = 0.02
-MARGIN_S = 0.005
+# The shipped configuration: what these schedules hold is what the product runs with.
+HEADROOM = Settings().limiter_headroom
+MARGIN_S = Settings().limiter_arrival_margin_s
 
 
 class SimClock:
@@ -116,14 +118,21 @@ def test_the_window_is_derived_as_the_upstream_derives_it() -> None:
         UpstreamWindow.for_rate(math.nan)
 
 
-def test_headroom_arithmetic_leaves_the_slack_the_docs_give() -> None:
+@pytest.mark.parametrize(("headroom", "slack_ms", "idle_below_ms"), [(0.02, 20.4, 15.4), (0.01, 10.1, 5.1)])
+def test_headroom_arithmetic_leaves_the_slack_the_docs_give(
+    headroom: float, slack_ms: float, idle_below_ms: float
+) -> None:
     # r + 1 consecutive slots at r(1 - h) span r/(r(1 - h)) = 1/(1 - h) s: h/(1 - h) s more than the window.
-    interval = 1 / (RATE * (1 - HEADROOM))
+    interval = 1 / (RATE * (1 - headroom))
     slack = 10 * interval - 1.0
-    assert slack == pytest.approx(HEADROOM / (1 - HEADROOM))
-    assert round(slack * 1000, 1) == 20.4
-    # The gate's margin and the slack it leaves for our own jitter before the gate has to hold anyone.
-    assert round((slack - MARGIN_S) * 1000, 1) == 15.4
+    assert slack == pytest.approx(headroom / (1 - headroom))
+    assert round(slack * 1000, 1) == slack_ms
+    # What the gate's margin (5 ms) leaves for our own jitter before the gate has to hold anyone.
+    assert round((slack - 0.005) * 1000, 1) == idle_below_ms
+
+
+def test_the_shipped_defaults_are_the_ones_the_docs_derive() -> None:
+    assert (HEADROOM, MARGIN_S) == (0.01, 0.005)
 
 
 # --- the gate itself -----------------------------------------------------------------------------
@@ -306,7 +315,7 @@ def test_a_stall_between_gate_and_wire_longer_than_the_slack_is_still_safe(
     limiter: RateLimiter, clock: SimClock
 ) -> None:
     # The case the old check before the POST could not see: request 0 passes, then stalls 60 ms before its
-    # first byte; request 10, on time, would land 20.4 ms - 60 ms inside request 0's window.
+    # first byte; request 10, on time, would land 60 ms less the headroom's slack inside request 0's window.
     n = 40
     plan = Schedule([0.0] * n, [0.0] * n, [0.0005] * n, [0.001] * n)
     plan.stall[0] = 0.060
