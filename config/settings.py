@@ -84,7 +84,7 @@ class Settings:
     # The wire gate's margin: how much longer one request may take from "written" to "counted upstream"
     # than a request written a window later, before the gate can no longer rule out one too many in a
     # window (docs/architecture.md, "The wire gate"). In [0, 1).
-    limiter_arrival_margin_s: float = 0.005
+    limiter_arrival_margin_s: float = 0.010
 
     # Intake limits.
     max_rows_per_job: int = 1_000_000
@@ -217,7 +217,7 @@ class Settings:
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
             limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.01),
-            limiter_arrival_margin_s=_float(e, "FACTGATE_LIMITER_ARRIVAL_MARGIN_S", 0.005),
+            limiter_arrival_margin_s=_float(e, "FACTGATE_LIMITER_ARRIVAL_MARGIN_S", 0.010),
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 1_000_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 256 * 1024 * 1024),
