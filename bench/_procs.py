@@ -208,8 +208,24 @@ class Procs:
         if beat:
             argv += ["-B", "--schedule", str(self.logdir / f"{name}-beat.db")]
         self.start(name, argv)
+        if loglevel.lower() in ("info", "debug"):
+            # Celery says "ready." once it consumes; on a busy host that can take well over 3 s, and a job
+            # enqueued before it would count the start-up against the run.
+            self.wait_log(name, " ready.", timeout=180)
+            return
         # --loglevel warning hides the "ready" line; poll the broker for a live worker instead.
         time.sleep(3.0)
+
+    def start_beat(self, name: str = "beat", loglevel: str = "warning") -> None:
+        """`celery beat` as the Procfile runs it (the sweeper schedule), with its schedule file in the logs."""
+        argv = [str(BIN / "celery"), "-A", "workers.app", "beat", "--loglevel", loglevel,
+                "--schedule", str(self.logdir / f"{name}.db")]  # fmt: skip
+        self.start(name, argv)
+
+    def start_cpu_hogs(self, n: int) -> None:
+        """`n` processes that only burn CPU (one core each), unrelated to the stack: a busy host."""
+        for i in range(n):
+            self.start(f"cpu-hog-{i}", [sys.executable, "-c", "while True: pass"])
 
     def start_web(self, port: int, workers: int = 1) -> str:
         self.start(

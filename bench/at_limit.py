@@ -1,23 +1,36 @@
 """At the limit: does a batch use the upstream's 10 requests/s fully without ever exceeding it?
 
-Runs the real stack — the simulator as its own process limited to 10 Decisions requests/s with 0.3 s
-latency, a Celery worker process, Postgres, Redis — and pushes RUNS consecutive jobs of N grounded claims
-through it (same worker, same key). For each run it prints the achieved request rate (claims ÷ submit →
-completed, the job's own completed_at) and its ratio to the limit, the upstream 429s, and what the
-simulator saw: when requests arrived at its rate limiter, the closest 11 consecutive arrivals (under 1 s
-is a 429), the start and tail around the steady part, and gaps where the limiter had nobody waiting. Then
-one line: is the goal — at least 0.97 of the limit with 0 upstream 429s in every run — met?
+Runs the real stack as the Procfile starts it, with the shipped defaults — the simulator as its own
+process limited to 10 Decisions requests/s with 0.3 s latency, WORKERS Celery worker processes (threads
+pool, FACTGATE_WORKER_CONCURRENCY threads each, prefetch 1), `celery beat`, Postgres, Redis — and pushes
+RUNS consecutive jobs of N grounded claims through it (same key). A setting differs from the shipped
+default only when its flag is given, and the first line then names it. For each run it prints the
+achieved request rate (claims ÷ submit → completed, the job's own completed_at) and its ratio to the
+limit, what the simulator answered (200s and 429s), when requests arrived at its rate limiter (the worst
+window: the closest 11 consecutive arrivals — under 1 s is a 429 — and the most arrivals in any 1 s), the
+start and tail around the steady part, gaps where the limiter had nobody waiting, and how often the
+wire gate held a request back. Then one line: is the goal — at least 0.97 of the limit with 0 upstream
+429s in every run — met?
+
+`--cpu-hog N` keeps N extra processes spinning on the CPU for the whole bench (on a 2-core host, 2 keeps
+both cores busy with unrelated work), to show the pacing holds on a busy host.
 
 Afterwards, against the same simulator (another key, so another bucket), the peer: one claim at a time in
 a loop, the way a laptop script does it.
 
-    .venv/bin/python bench/at_limit.py [--claims 600] [--runs 3] [--concurrency 8] [--headroom H] [--peer-claims 60]
+    .venv/bin/python bench/at_limit.py [--claims 600] [--runs 3] [--workers 1] [--cpu-hog 0]
+        [--concurrency C] [--headroom H] [--margin M] [--peer-claims 60]
+
+Redis: FACTGATE_BENCH_REDIS_URL (its database is flushed); Postgres: FACTGATE_BENCH_PG_ADMIN_URL (a fresh
+database of its own, dropped afterwards).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
+import os
 import sys
 import time
 import uuid
@@ -29,6 +42,8 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis as redis_lib
 
 from bench._procs import REDIS_URL, Procs, flush_redis, free_port, fresh_database
 from checks import claims as claim_rules
@@ -42,6 +57,7 @@ from models import ApiCall, Job, make_engine, make_session_factory, session_scop
 from tests.reference import reference_claims
 from workers.api import enqueue_start
 from workers.app import make_celery
+from workers.metrics import METRICS_KEY
 
 LIMIT = 10.0
 GOAL_RATIO = 0.97
@@ -63,6 +79,9 @@ class Run:
     throttled: int
     arrivals: list[tuple[float, bool]]
     started_mono: float
+    wire_held: int = 0
+    wire_held_s: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)  # the host's 1-minute load average at the start and the end
 
     def rate(self, n: int) -> float:
         return n / self.elapsed
@@ -71,6 +90,14 @@ class Run:
 def decisions_429s(sim: str) -> int:
     stats = httpx.get(sim + "/stats").json()
     return int(stats.get("endpoints", {}).get("decisions", {}).get("429", 0))
+
+
+def wire_held() -> tuple[int, float]:
+    """Requests the wire gate held back so far, and for how long (the workers' counters in Redis)."""
+    raw = redis_lib.Redis.from_url(REDIS_URL).hmget(
+        METRICS_KEY, "decisions|wire_held", "decisions|wire_held_sum"
+    )
+    return int(raw[0] or 0), float(raw[1] or 0.0)
 
 
 def run_job(
@@ -84,13 +111,17 @@ def run_job(
 ) -> Run:
     rows = claim_rules.validate_rows(claims(n, tag))
     units, _ = claim_units(rows, opts)
+    before_429 = decisions_429s(sim)
+    held_before, held_s_before = wire_held()
+    celery = make_celery(settings, with_tasks=False)
+    # The clock starts before the job exists: the dispatcher picks a queued job up from its row, without
+    # waiting for the message.
+    load_before = os.getloadavg()[0]
+    t0_wall, t0_mono = time.time(), time.monotonic()
     with session_scope(sessions) as s:
         tenant = get_or_create_tenant(s, "bench")
         job, _ = create_job(s, tenant_id=tenant.id, kind="claims", options=opts.as_dict(), units=units)
         job_id = job.id
-    before_429 = decisions_429s(sim)
-    celery = make_celery(settings, with_tasks=False)
-    t0_wall, t0_mono = time.time(), time.monotonic()
     enqueue_start(celery, job_id)
     while True:
         with Session(engine) as s:
@@ -107,6 +138,8 @@ def run_job(
     # The job's own end (set by the worker) rather than when this loop noticed it (up to 50 ms later).
     elapsed = ended.timestamp() - t0_wall if ended is not None else polled
     arrivals = httpx.get(sim + "/bench/arrivals", params={"key": KEY, "reset": "1"}).json()["arrivals"]
+    time.sleep(1.2)  # workers write their counters once a second
+    held, held_s = wire_held()
     return Run(
         status=str(status),
         attempts=int(attempts),
@@ -114,6 +147,9 @@ def run_job(
         throttled=decisions_429s(sim) - before_429,
         arrivals=[(float(t), bool(ok)) for t, ok in arrivals],
         started_mono=t0_mono,
+        wire_held=held - held_before,
+        wire_held_s=held_s - held_s_before,
+        load=(load_before, os.getloadavg()[0]),
     )
 
 
@@ -122,20 +158,25 @@ def report(i: int, run: Run, n: int, headroom: float) -> None:
     interval = 1 / (LIMIT * (1 - headroom))
     times = [t for t, _ok in run.arrivals]
     accepted = [t for t, ok in run.arrivals if ok]
-    print(f"run {i}: {n} claims, job {run.status}, {run.attempts} upstream attempts")
+    print(f"run {i}: {n} claims, job {run.status}, {run.attempts} upstream attempts; host load "
+          f"{run.load[0]:.1f} → {run.load[1]:.1f} (1-min average, {os.cpu_count()} cores)")  # fmt: skip
     print(f"  achieved                   {rate:.2f} req/s   ratio to limit {rate / LIMIT:.3f}   "
           f"submit → completed {run.elapsed:.2f} s")  # fmt: skip
-    print(f"  upstream 429s              {run.throttled}")
+    print(f"  simulator answered         {len(accepted)} accepted (200s), {len(times) - len(accepted)} refused (429s); "
+          f"workers saw {run.throttled} 429s")  # fmt: skip
+    print(f"  wire gate held back        {run.wire_held} requests, {run.wire_held_s * 1000:.0f} ms in all")
     if len(accepted) < 11:
         return
     steady = (len(accepted) - 1) / (accepted[-1] - accepted[0])
     closest = min(times[k + 10] - times[k] for k in range(len(times) - 10))
+    most = max(bisect.bisect_left(times, t + 1.0) - k for k, t in enumerate(times))
     gaps = [b - a for a, b in itertools.pairwise(accepted)]
     idle = [g - interval for g in gaps if g > 1.5 * interval]
     print(f"  first → last arrival       {steady:.2f} req/s   ratio to limit {steady / LIMIT:.3f}   "
           f"start {accepted[0] - run.started_mono:.2f} s, tail {run.elapsed - (accepted[-1] - run.started_mono):.2f} s")  # fmt: skip
-    print(f"  closest 11 arrivals        {closest:.4f} s   (slots ≥ {10 * interval:.4f} s apart; "
-          f"{(10 * interval - closest) * 1000:.1f} ms of the {(10 * interval - 1) * 1000:.1f} ms slack used)")  # fmt: skip
+    print(f"  worst window               closest 11 arrivals {closest:.4f} s (a 429 below 1 s; slots ≥ "
+          f"{10 * interval:.4f} s apart, {(10 * interval - closest) * 1000:.1f} ms of the "
+          f"{(10 * interval - 1) * 1000:.1f} ms slack used); most arrivals in any 1 s: {most}")  # fmt: skip
     print(
         f"  gaps > 1.5 intervals       {len(idle)}, {sum(idle):.2f} s lost   (largest gap {max(gaps):.3f} s)"
     )
@@ -146,40 +187,67 @@ def main() -> None:
     ap.add_argument("--claims", type=int, default=600)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--peer-claims", type=int, default=60)
-    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--cpu-hog", type=int, default=0, help="processes spinning on the CPU meanwhile")
     ap.add_argument("--latency", type=float, default=0.3)
-    ap.add_argument("--headroom", type=float, default=None, help="FACTGATE_LIMITER_HEADROOM for the worker")
+    ap.add_argument(
+        "--sim-same-priority",
+        action="store_true",
+        help="run the simulator at normal priority: its own scheduling delay then counts as arrival jitter",
+    )
+    # Settings under study: each one is the shipped default unless given (and then named in the output).
+    ap.add_argument("--concurrency", type=int, default=None, help="FACTGATE_WORKER_CONCURRENCY")
+    ap.add_argument("--headroom", type=float, default=None, help="FACTGATE_LIMITER_HEADROOM")
+    ap.add_argument("--margin", type=float, default=None, help="FACTGATE_LIMITER_ARRIVAL_MARGIN_S")
     args = ap.parse_args()
-    headroom = Settings().limiter_headroom if args.headroom is None else args.headroom
+    overrides = {
+        name: str(value)
+        for name, value in (
+            ("FACTGATE_WORKER_CONCURRENCY", args.concurrency),
+            ("FACTGATE_LIMITER_HEADROOM", args.headroom),
+            ("FACTGATE_LIMITER_ARRIVAL_MARGIN_S", args.margin),
+        )
+        if value is not None
+    }
+    shipped = Settings.from_env(overrides)
+    headroom = shipped.limiter_headroom
 
     flush_redis()
     runs: list[Run] = []
     peer_rate = peer_429 = None
     with fresh_database() as db_url:
         port = free_port()
-        env = {
-            "DATABASE_URL": db_url,
-            "REDIS_URL": REDIS_URL,
-            "PERPLEXITY_API_KEY": KEY,
-            "FACTGATE_CHORD_SIZE": "200",
-            "FACTGATE_SWEEP_INTERVAL_S": "5",
-        }
-        if args.headroom is not None:
-            env["FACTGATE_LIMITER_HEADROOM"] = str(args.headroom)
+        env = {"DATABASE_URL": db_url, "REDIS_URL": REDIS_URL, "PERPLEXITY_API_KEY": KEY, **overrides}
         procs = Procs(env=env)
         try:
+            procs.start_cpu_hogs(args.cpu_hog)
             sim = procs.start_recording_simulator(
-                port, "--decisions-rps", str(LIMIT), "--latency", str(args.latency)
+                port,
+                "--decisions-rps",
+                str(LIMIT),
+                "--latency",
+                str(args.latency),
+                *(["--same-priority"] if args.sim_same_priority else []),
             )
             procs.env["PERPLEXITY_API_BASE"] = sim
-            procs.start_worker(concurrency=args.concurrency)
+            for w in range(args.workers):
+                # As the Procfile: --concurrency ${FACTGATE_WORKER_CONCURRENCY:-16}.
+                procs.start_worker(f"worker{w + 1}", concurrency=shipped.worker_concurrency, loglevel="info")
+            procs.start_beat(loglevel="info")
             settings = Settings.from_env(procs.env)
             engine = make_engine(db_url)
             sessions = make_session_factory(engine)
             opts = parse_claims_options({"mode": "grounded"})
             best = args.claims / ((args.claims - 1) / (LIMIT * (1 - headroom)) + args.latency) / LIMIT
+            studied = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none (shipped defaults)"
             print(f"at the limit: {args.runs} × {args.claims} grounded claims, simulator {LIMIT:g} req/s, "
-                  f"latency {args.latency}s, worker threads {args.concurrency}, headroom {headroom:g}")  # fmt: skip
+                  f"latency {args.latency}s; {args.workers} worker process(es) × {shipped.worker_concurrency} "
+                  f"threads + beat; cpu hogs {args.cpu_hog}")  # fmt: skip
+            print(f"  settings under study: {studied}; headroom {headroom:g}, arrival margin "
+                  f"{shipped.limiter_arrival_margin_s * 1000:g} ms, chord size {shipped.chord_size}, "
+                  f"sweep every {shipped.sweep_interval_s:g} s")  # fmt: skip
+            sim_line = procs.log("simulator").strip().splitlines()[-1]
+            print(f"  simulator (stands in for the remote API): {sim_line.partition(' at ')[2]}")
             print(f"  (ceiling with this headroom: {1 - headroom:.3f} steady; {best:.3f} end to end for "
                   f"{args.claims} claims, counting only the last answer's latency)")  # fmt: skip
             for i in range(1, args.runs + 1):

@@ -1,7 +1,8 @@
 """Fair share of a scarce upstream: does a small job wait for a big one, do weights hold, how fast is cancel?
 
-Runs the server stack — the simulator as its own process limited to 10 Decisions requests/s with 0.3 s
-latency, two Celery worker processes, Postgres, Redis — and measures, in one run:
+Runs the server stack as the Procfile starts it, with the shipped defaults — the simulator as its own
+process limited to 10 Decisions requests/s with 0.3 s latency, two Celery worker processes, `celery beat`,
+Postgres, Redis — and measures, in one run:
 
 1. a 10-claim job of a second tenant submitted 5 s into a 1,500-claim job: seconds from submit to
    completed (goal ≤ 5 s), and how far the big job had got meanwhile;
@@ -117,8 +118,10 @@ def main() -> None:
     ap.add_argument(
         "--window", type=int, default=300, help="calls over which the weighted shares are counted"
     )
-    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, default=None, help="FACTGATE_WORKER_CONCURRENCY")
     args = ap.parse_args()
+    overrides = {} if args.concurrency is None else {"FACTGATE_WORKER_CONCURRENCY": str(args.concurrency)}
+    threads = Settings.from_env(overrides).worker_concurrency
 
     flush_redis()
     with fresh_database() as db_url:
@@ -127,15 +130,17 @@ def main() -> None:
             "DATABASE_URL": db_url,
             "REDIS_URL": REDIS_URL,
             "PERPLEXITY_API_KEY": "bench-key",
-            "FACTGATE_SWEEP_INTERVAL_S": "5",
             "FACTGATE_DECISIONS_RPS": str(LIMIT),
+            **overrides,
         }
         procs = Procs(env=env)
         try:
             sim = procs.start_simulator(port, "--decisions-rps", str(LIMIT), "--latency", str(args.latency))
             procs.env["PERPLEXITY_API_BASE"] = sim
-            procs.start_worker("worker0", concurrency=args.concurrency, beat=True)
-            procs.start_worker("worker1", concurrency=args.concurrency)
+            # As the Procfile: worker processes (two, to show the dispatcher's leader election), beat apart.
+            procs.start_worker("worker0", concurrency=threads, loglevel="info")
+            procs.start_worker("worker1", concurrency=threads, loglevel="info")
+            procs.start_beat(loglevel="info")
             settings = Settings.from_env(procs.env)
             engine = make_engine(db_url)
             sessions = make_session_factory(engine)
@@ -184,8 +189,10 @@ def main() -> None:
             engine.dispose()
         finally:
             procs.stop()
+    studied = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none (shipped defaults)"
     print(
-        f"fairness: simulator {LIMIT:g} req/s, latency {args.latency}s, 2 worker processes × {args.concurrency} threads"
+        f"fairness: simulator {LIMIT:g} req/s, latency {args.latency}s, 2 worker processes × {threads} threads"
+        f" + beat; settings under study: {studied}"
     )
     print(f"1. a {args.small}-claim job of a second tenant, submitted 5 s into a {args.big}-claim job")
     print(f"  submit → completed         {small_s:.2f} s   ratio to goal (5 s) {small_s / 5.0:.2f}")

@@ -119,7 +119,7 @@ def hammer(prefix: str, threads: int, rate: float, headroom: float, seconds: flo
           f"max {max(late_ms):.2f}  (spread max − min {max(late_ms) - min(late_ms):.2f})")  # fmt: skip
     print(f"  closest 11 releases          {closest_11:.4f} s (headroom slack {slack_ms:.1f} ms)")
     print(
-        f"  slots left unused            {sum(g.rebooked for g in grants)} (callers let go > 10 ms late book again)"
+        f"  slots left unused            {sum(g.rebooked for g in grants)} (re-booked behind a 429's block)"
     )
     print(f"  LimiterTimeouts              {timeouts} (max_wait_s=2, so a thread stops promptly)")
 

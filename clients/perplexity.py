@@ -128,10 +128,70 @@ def _requested_model(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+WireGate = Callable[[str], Callable[[], object] | None]
+
+
+class _GateStopped(Exception):  # noqa: N818 - internal carrier, never seen outside `_call`
+    """The wire gate raised inside httpcore's trace hook; carries its exception out of httpx untouched."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _Wire:
+    """One attempt's trip onto the wire, followed through httpcore's `trace` request extension.
+
+    Why here and not before `post`: what happens between a limiter's grant and the first byte on the wire
+    (taking a pooled connection, opening one, TLS, building the request, a thread that is not scheduled)
+    takes a variable time. httpcore calls the hook in the sending thread just before it writes the request
+    headers (the connection is up by then) and again once the body is written, so the gate runs as late
+    as anything can, and the limiter learns when the request actually left.
+    """
+
+    def __init__(self, gate: WireGate, endpoint: str, clock: Callable[[], float]) -> None:
+        self._gate = gate
+        self._endpoint = endpoint
+        self._clock = clock
+        self._left: Callable[[], object] | None = None
+        # Seconds spent in the gate: a wait for the limiter, not upstream latency (the record says which).
+        self.held_s = 0.0
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event.endswith(".send_request_headers.started"):
+            self.done()  # never two open passes for one attempt
+            entered = self._clock()
+            try:
+                self._left = self._gate(self._endpoint)
+            except Exception as exc:
+                raise _GateStopped(exc) from exc
+            finally:
+                self.held_s += max(0.0, self._clock() - entered)
+        elif event.endswith(".send_request_body.complete"):
+            self.done()
+
+    def done(self) -> None:
+        """Report the request as gone (once). Also run when the attempt ends otherwise — a write that
+        failed half-way may have reached the upstream, so it counts. A failure to report never fails a
+        request that was sent: its entry is then counted until the gate's in-flight bound."""
+        left, self._left = self._left, None
+        if left is None:
+            return
+        try:
+            left()
+        except Exception:
+            logger.warning(
+                "could not record when a request left; the gate counts it a while longer", exc_info=True
+            )
+
+
 class PerplexityClient:
     """Decisions, Agent and Search with retries, typed errors, validation and call records.
 
     `before_attempt(endpoint)` runs before every POST (the global limiter blocks there);
+    `before_send(endpoint)` runs just before each POST's first byte is written, once the connection is
+    up (it may wait: the limiter's wire gate), and returns a callback run once the last byte is written —
+    only with transports that report httpcore's `trace` (httpx's own; not the in-process WSGI one);
     `on_throttled(endpoint, wait_s)` runs on every 429 with the wait the policy chose, so the
     limiter can pause every worker. `sleep`, `clock` (monotonic), `wall_clock` (Unix time, for
     HTTP-date `Retry-After`) and `random` are injectable so tests never sleep.
@@ -148,6 +208,7 @@ class PerplexityClient:
         retry_base_s: float = 1.0,
         transport: httpx.BaseTransport | None = None,
         before_attempt: Callable[[str], object] | None = None,
+        before_send: WireGate | None = None,
         on_throttled: Callable[[str, float], object] | None = None,
         sleep: Callable[[float], object] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -164,6 +225,7 @@ class PerplexityClient:
         self._key = key
         self._agent_timeout = agent_timeout
         self._before_attempt = before_attempt
+        self._before_send = before_send
         self._on_throttled = on_throttled
         self._sleep = sleep
         self._clock = clock
@@ -274,19 +336,32 @@ class PerplexityClient:
             status: int | None = None
             request_id: str | None = None
             retry_after: str | None = None
+            wire = None if self._before_send is None else _Wire(self._before_send, endpoint, self._clock)
             try:
-                response = self._http.post(
-                    PATHS[endpoint],
-                    content=content,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
+                try:
+                    response = self._http.post(
+                        PATHS[endpoint],
+                        content=content,
+                        timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                        extensions=None if wire is None else {"trace": wire.trace},
+                    )
+                finally:
+                    if wire is not None:
+                        wire.done()
+            except _GateStopped as stopped:
+                # Nothing of this attempt was written: like `before_attempt` refusing.
+                if not attempts:
+                    raise stopped.cause from None
+                raise CallInterrupted(record(), stopped.cause) from stopped.cause
             except httpx.HTTPError as error:
-                latency = self._clock() - sent
+                latency = self._clock() - sent - held(wire)
+                queue_wait += held(wire)
                 detail = str(error)
                 message = surface(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
                 retryable = retryable_exception(error)
             else:
-                latency = self._clock() - sent
+                latency = self._clock() - sent - held(wire)
+                queue_wait += held(wire)
                 status = response.status_code
                 request_id = request_id_of(response)
                 retry_after = response.headers.get("retry-after")
@@ -354,6 +429,11 @@ class PerplexityClient:
             last.latency_s,
             f" error={last.error}" if last.error else "",
         )
+
+
+def held(wire: _Wire | None) -> float:
+    """Seconds an attempt waited in the wire gate (0 without one)."""
+    return 0.0 if wire is None else wire.held_s
 
 
 def _json(response: httpx.Response) -> object:

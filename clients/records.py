@@ -19,8 +19,9 @@ class AttemptRecord:
     backoff) for a retryable outcome; on the last attempt it is advisory, since no retry
     followed. `error` is a one-line, key-redacted description; None on success. Both
     `request_id` and `error` have passed `clients.sanitize`, so they fit their columns. `queue_wait_s`
-    is the time spent in `before_attempt` (waiting for a rate-limiter slot) before this POST: our
-    queue, kept apart from `latency_s`, which is the POST alone.
+    is the time spent in `before_attempt` (waiting for a rate-limiter slot) before this POST and in
+    `before_send` (the wire gate) during it: our queue, kept apart from `latency_s`, which is the POST
+    alone.
     """
 
     status: int | None

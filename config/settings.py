@@ -78,9 +78,13 @@ class Settings:
     search_rps: float = 50.0
     agent_rps: float = 3.0
     limiter_max_wait_s: float = 60.0
-    # Fraction of each rate left unused, so slot-to-arrival jitter never puts one request too many into
-    # an upstream second (workers/limiter.py). Must be in [0, 1).
-    limiter_headroom: float = 0.02
+    # Fraction of each rate left unused, so that slot-to-wire jitter seldom makes the wire gate hold a
+    # request (the gate, not the headroom, keeps the upstream's window; workers/limiter.py). In [0, 1).
+    limiter_headroom: float = 0.01
+    # The wire gate's margin: how much longer one request may take from "written" to "counted upstream"
+    # than a request written a window later, before the gate can no longer rule out one too many in a
+    # window (docs/architecture.md, "The wire gate"). In [0, 1).
+    limiter_arrival_margin_s: float = 0.010
 
     # Intake limits.
     max_rows_per_job: int = 1_000_000
@@ -157,6 +161,11 @@ class Settings:
             raise ValueError(f"FACTGATE_HSTS_MAX_AGE_S must be 0 or more, got {self.hsts_max_age_s}")
         # A headroom of 1 or more would turn every limit into "0 requests/s", which the limiter reads as
         # unlimited: refuse it where the settings are made, not at the first upstream call.
+        if not 0.0 <= self.limiter_arrival_margin_s < 1.0:
+            raise ValueError(
+                "FACTGATE_LIMITER_ARRIVAL_MARGIN_S must be at least 0 and below 1 (seconds), "
+                f"got {self.limiter_arrival_margin_s}"
+            )
         if not 0.0 <= self.limiter_headroom < 1.0:
             raise ValueError(
                 f"FACTGATE_LIMITER_HEADROOM must be at least 0 and below 1, got {self.limiter_headroom}"
@@ -219,7 +228,8 @@ class Settings:
             search_rps=_float(e, "FACTGATE_SEARCH_RPS", 50.0),
             agent_rps=_float(e, "FACTGATE_AGENT_RPS", 3.0),
             limiter_max_wait_s=_float(e, "FACTGATE_LIMITER_MAX_WAIT_S", 60.0),
-            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.02),
+            limiter_headroom=_float(e, "FACTGATE_LIMITER_HEADROOM", 0.01),
+            limiter_arrival_margin_s=_float(e, "FACTGATE_LIMITER_ARRIVAL_MARGIN_S", 0.010),
             max_rows_per_job=_int(e, "FACTGATE_MAX_ROWS_PER_JOB", 1_000_000),
             max_claim_bytes=_int(e, "FACTGATE_MAX_CLAIM_BYTES", 4_096),
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 256 * 1024 * 1024),

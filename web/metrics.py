@@ -234,13 +234,27 @@ class FactgateCollector:
             "Upstream 429s that paused the endpoint for every worker (Retry-After)",
             labels=["endpoint"],
         )
+        held = CounterMetricFamily(
+            "factgate_limiter_wire_held",
+            "Requests the wire gate held back because the upstream's window was full of recent sends",
+            labels=["endpoint"],
+        )
+        held_s = CounterMetricFamily(
+            "factgate_limiter_wire_held_seconds",
+            "Seconds requests were held back by the wire gate",
+            labels=["endpoint"],
+        )
         for endpoint, entry in sorted(data.items()):
             wait.add_metric([endpoint], entry.cumulative(), entry.sum_s)
             timeouts.add_metric([endpoint], entry.timeouts)
             blocks.add_metric([endpoint], entry.throttled)
+            held.add_metric([endpoint], entry.wire_held)
+            held_s.add_metric([endpoint], entry.wire_held_s)
         yield wait
         yield timeouts
         yield blocks
+        yield held
+        yield held_s
 
     def _queue(self) -> Iterator[Any]:
         depth = GaugeMetricFamily(

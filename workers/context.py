@@ -145,6 +145,17 @@ def make_client(
             raise
         waits.record(endpoint, waited)
 
+    def before_send(endpoint: str) -> Callable[[], object] | None:
+        # The upstream's own rate, no headroom: the gate counts what the upstream will count.
+        wire = limiter.enter_wire(
+            scope_for(scope_key, endpoint), rate_for(endpoint), max_wait_s=settings.limiter_max_wait_s
+        )
+        if wire is None:
+            return None
+        if wire.waited > 0:
+            waits.record_wire_held(endpoint, wire.waited)
+        return lambda: limiter.left_wire(wire)
+
     def on_throttled(endpoint: str, wait_s: float) -> None:
         limiter.block(scope_for(scope_key, endpoint), wait_s)
         record_throttled(rds, endpoint)
@@ -157,6 +168,7 @@ def make_client(
         max_retries=settings.http_max_retries,
         retry_base_s=settings.http_retry_base_s,
         before_attempt=before_attempt,
+        before_send=before_send,
         on_throttled=on_throttled,
     )
 
@@ -170,7 +182,7 @@ def build_context(settings: Settings) -> WorkerContext:
         rds: redis_lib.Redis = redis_client(settings.redis_url)
     else:
         rds = embedded_redis()
-    limiter = RateLimiter(rds)
+    limiter = RateLimiter(rds, arrival_margin_s=settings.limiter_arrival_margin_s)
     # Limiter waits are counted per call and written once a second (workers/signals.py:LimiterWaits);
     # embedded mode's store is in this process, so there they are written at once.
     waits = LimiterWaits(rds, flush_s=1.0 if settings.redis_url else 0.0)

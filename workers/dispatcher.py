@@ -92,9 +92,12 @@ TERM_KEY = "factgate:dispatch:term"
 LEADER_TTL_MS = 2_000
 FENCE_MARGIN_S = 0.5  # a leader stops sending this long before its lock could have expired
 TERM_CACHE_S = 0.25  # how long a worker trusts the term it read (one Redis GET per item otherwise)
-# Time from dispatch to the POST (broker hop, claim, limiter hand-off): items in flight beyond rate × latency
-# so that a slot never opens with nobody ready to take it.
-LEAD_S = 0.5
+# Time from dispatch to the POST (broker hop, claim, limiter hand-off, a hold at the wire gate): items in
+# flight beyond rate × latency so that a slot never opens with nobody ready to take it. 0.5 s left the
+# limiter with nobody waiting for up to a second at a time on a 2-core host kept busy by two CPU hogs
+# (bench/at_limit.py --cpu-hog 2: gaps of 0.9-1.1 s, ratios 0.90-0.97); 1.0 s kept the largest gaps at
+# 0.25-0.5 s. It costs one more second of work in flight: a cancel or a newcomer's first call waits for it.
+LEAD_S = 1.0
 EXTRA_IN_FLIGHT = 2
 MIN_IN_FLIGHT = 2
 LATENCY_REFRESH_S = 2.0

@@ -11,33 +11,43 @@ Slots already booked stand when the rate changes; the new rate spaces the ones a
 
 Why headroom: the upstream counts requests when they arrive, not when we granted them, and the path from
 slot to arrival (waking a thread, the GIL, building and sending the request, the network) takes a
-variable time. Slots exactly ``1/r`` apart leave no room for that: if one request's slot-to-arrival delay
-is a few ms longer than that of the request ten slots later, 11 arrive within one upstream second. So the
-caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``): slots are
-``1/(r(1-h))`` apart, and any 11 consecutive slots span at least ``10/(r(1-h))`` s, which is
-``10/r · h/(1-h)`` s more than the upstream's one-second window at 10/s (20.4 ms with the default h = 0.02; in
-general ``r + 1`` consecutive slots span ``h/(1-h)`` s more than a second, whatever the rate). The upstream
-never sees 11 in a second unless one request's slot-to-arrival delay exceeds that of the request ten slots
-later by more than this slack.
+variable time. So the caller asks for ``rate × (1 - h)`` (`with_headroom`, ``FACTGATE_LIMITER_HEADROOM``):
+slots are ``1/(r(1-h))`` apart, and any ``r + 1`` consecutive slots span ``h/(1-h)`` s more than the
+upstream's window (10.1 ms at 10/s with the default h = 0.01; 20.4 ms at the former 0.02). With slots
+alone that slack was the only defence: one request held up 25 ms more than the request ten slots later
+put 11 into one upstream second. The headroom now only keeps the wire gate idle while our jitter is
+small; the gate is what guarantees.
+
+Why a wire gate (`enter_wire`, `left_wire`): a decision taken before the POST cannot see what happens
+after it — a thread not scheduled, a pooled connection to open, TLS. So the client calls the gate from
+httpcore's trace hook, once the connection is up and just before the first byte, with the upstream's real
+rate; and again once the last byte is written, to record when the request left. The gate mirrors the
+upstream's own window on our side, with measured send times in place of grant times: a sorted set per
+scope of the requests that passed, each scored by (an upper bound on) when it left, or, until it reports,
+counted as in flight. A request passes when fewer than the window's size ``N`` left within the last
+``W + m`` (the upstream window plus ``FACTGATE_LIMITER_ARRIVAL_MARGIN_S``) or are in flight. Whatever
+stalls happen anywhere on our side, the upstream then never counts ``N + 1`` in a window, as long as the
+time from "written" to "counted upstream" of one request exceeds that of a request written later by less
+than ``m`` — docs/architecture.md ("The wire gate") has the proof. A stall only costs time: the request
+after it in the window waits at the gate for the stalled one's real send time to age out.
 
 Why a check before sending: a 429 after slots were handed out must still hold back every caller that has
 not sent yet. `block` moves the scope's ``blocked_until`` forward (never back) for everybody; a caller
 that slept re-reads it (one cheap script call, which also returns Redis' clock, so a caller that woke
 before its slot sleeps the rest) and, if blocked, reserves again — new slots are never before
-``blocked_until``. A reservation further away than the caller's ``max_wait_s`` is not taken: the caller
-gets `LimiterTimeout` and nothing is booked, so the next caller gets that slot.
+``blocked_until``; the gate holds on a block too. A reservation further away than the caller's
+``max_wait_s`` is not taken: the caller gets `LimiterTimeout` and nothing is booked, so the next caller
+gets that slot.
 
-Why a late caller books again: the slack is sized for ordinary jitter (a few ms), not for a stalled
-process — a full garbage collection in a worker holds every thread for ~40 ms, and the request whose slot
-fell inside it would go out that late and, against the on-time request ten slots later, draw a 429. A
-caller whose check finds it more than `max_late_s` (10 ms) past its slot leaves the slot unused and books
-a new one instead of sending; once per `acquire`, so a host that is always slow still sends rather than
-re-booking for ever. What the check cannot see — a stall between the check and the request reaching the
-upstream — is left to the slack.
+Why a late caller no longer books again: before the gate, a caller that woke more than 10 ms after its
+slot left the slot unused and booked a new one, since sending late could crowd the next requests'
+upstream second. With the gate a late request is safe as it is, and re-booking only left a slot unused;
+`max_late_s` keeps the old behaviour for whoever asks for it.
 
 Time comes from Redis ``TIME`` inside the script, so clock skew between worker machines cannot loosen the
 limit. Every scope (``"{key_fingerprint}:{endpoint}"``) is one Redis hash ``{prefix}:{scope}`` with fields
-``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time. The key's TTL covers the
+``tat`` and ``blk`` (``blocked_until``), both integer microseconds of Redis time, and one sorted set
+``{prefix}:{scope}:wire``, the wire log (at most ``N`` plus the requests in flight). The key's TTL covers the
 later of the two, plus a little, so an idle scope disappears. Redis is a hint (docs/architecture.md,
 Invariants): losing the key (expiry, FLUSHALL, a restart empty, a failover to a replica that never got
 it) forgets the bookings and the block, and new callers start again from "now" (an empty scope is not a
@@ -54,6 +64,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -75,6 +86,10 @@ import redis
 # gen: the Redis time (us) at which the scope's hash got its first booking; a hash lost and booked anew
 # (a restart empty, a flush, a failover to a replica that never got it) has another one.
 #   block:   ARGV[3] = block length (us) -> {max(blocked_until, now), now}
+#   gate:    KEYS[2] = wire log, ARGV[3..7] as described there
+#            -> {passed 0/1, go_at (passed: when it may go; else when to ask again), now,
+#                why 0 free now / 1 blocked by a 429 / 2 window full}
+#   sent:    KEYS[2] = wire log, ARGV[3..7] -> {time recorded, now}
 _LUA: Final = """
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
@@ -104,6 +119,47 @@ if op == 'block' then
   return {math.max(blk, now), now}
 end
 
+if op == 'gate' or op == 'sent' then
+  -- The wire log KEYS[2]: a sorted set of one member per request that passed the gate, scored by when it
+  -- left (reported by 'sent') or, until then, by the latest time it may leave (gate + in-flight bound).
+  -- ARGV[3] = the span counted (upstream window + margin, us), ARGV[4] = the upstream's window size,
+  -- ARGV[5] = the in-flight bound (us), ARGV[6] = the request's member, ARGV[7] = for 'gate' the
+  -- caller's longest wait (us), for 'sent' its bound on when the request left.
+  local wire = KEYS[2]
+  local span = tonumber(ARGV[3])
+  local keep_ms = math.ceil((span + tonumber(ARGV[5])) / 1000) + slack_ms
+  if op == 'sent' then
+    -- ARGV[7]: the caller's own bound on when the request left (the gate's now + what its clock measured
+    -- since it called the gate); now is a bound too (this runs after the request left): keep the smaller.
+    local left = math.min(now, tonumber(ARGV[7]))
+    redis.call('ZADD', wire, string.format('%.0f', left), ARGV[6])
+    redis.call('PEXPIRE', wire, keep_ms)
+    return {left, now}
+  end
+  if blk > now then return {0, blk, now, 1} end
+  redis.call('ZREMRANGEBYSCORE', wire, '-inf', string.format('%.0f', now - span))
+  local size = tonumber(ARGV[4])
+  local count = redis.call('ZCARD', wire)
+  if count < size then
+    redis.call('ZADD', wire, string.format('%.0f', now + tonumber(ARGV[5])), ARGV[6])
+    redis.call('PEXPIRE', wire, keep_ms)
+    return {1, now, now, 0}
+  end
+  -- Full: the caller may go once the entry that makes it full ages out of the span. If that entry has
+  -- reported (its score is when it left), that time is known: book this request for it now (in flight
+  -- from here on, so later callers count it) unless it is beyond the caller's budget (ARGV[7]), and the
+  -- caller sleeps until it and writes without asking again. An entry still in flight is scored in the
+  -- future; it reports soon, so the caller polls rather than waiting that long.
+  local first = redis.call('ZRANGE', wire, count - size, count - size, 'WITHSCORES')
+  local free_at = tonumber(first[2]) + span
+  if tonumber(first[2]) <= now and free_at - now <= tonumber(ARGV[7]) then
+    redis.call('ZADD', wire, string.format('%.0f', free_at + tonumber(ARGV[5])), ARGV[6])
+    redis.call('PEXPIRE', wire, keep_ms)
+    return {1, free_at, now, 2}
+  end
+  return {0, free_at, now, 2}
+end
+
 -- op == 'reserve'
 local interval = tonumber(ARGV[3])
 local tau = tonumber(ARGV[4])
@@ -128,10 +184,25 @@ _US: Final = 1_000_000
 _TTL_SLACK_MS: Final = 1_000
 # A cap on the wait passed to the script (an infinite budget): ten years, still exact in a double.
 _MAX_WAIT_US: Final = 10 * 365 * 24 * 3600 * _US
-# How late after its slot a caller may still send: about half of the headroom's slack at the default
-# headroom (h/(1-h) s: 20.4 ms), leaving the rest for the time from here to the upstream. Waking is
-# normally well under 5 ms late (bench/limiter_bench.py); what goes past this is a stall.
-DEFAULT_MAX_LATE_S: Final = 0.010
+
+
+# How long a request that passed the wire gate may take to be written (the gate counts it as leaving then
+# at the latest until it reports). Writing a small body on an open connection takes well under 1 ms; the
+# bound only matters for a process that dies between the gate and its report: its entry holds one of the
+# window's places for this long plus the window.
+DEFAULT_IN_FLIGHT_S: Final = 5.0
+# How much more one request's time from "written" to "counted upstream" (network, the upstream's own
+# accepting and parsing) may exceed that of a request sent a window later (docs/architecture.md, the wire
+# gate). 5 ms drew one 429 in about fifteen runs against the simulator, whose request passes two Python
+# threads (the reader, then a handler) before it is counted, each of which may wait one GIL switch
+# interval (5 ms) behind a thread computing an answer: 10 ms covers both.
+DEFAULT_ARRIVAL_MARGIN_S: Final = 0.010
+# While the entry that fills the window is still in flight (it normally reports within a millisecond), the
+# caller polls instead of sleeping until the entry's conservative bound: first every 1 ms, then at a quarter
+# of what it has waited so far (an entry of a process that died does not cost a call a millisecond), at
+# most every 50 ms.
+_IN_FLIGHT_POLL_US: Final = 1_000
+_IN_FLIGHT_POLL_MAX_US: Final = 50_000
 
 
 class LimiterTimeout(Exception):  # noqa: N818 - the name is the workers' contract
@@ -196,6 +267,46 @@ class Grant:
     rebooked: int = 0
 
 
+@dataclass(frozen=True)
+class UpstreamWindow:
+    """The upstream's strict window for a rate: at most `size` requests counted in any `seconds`.
+
+    The same derivation as the upstream model (simulator/limits.py): `size = max(1, round(rate))`,
+    `seconds = size / rate`, so 10/s is 10 in any 1 s and 0.5/s is 1 in any 2 s.
+    """
+
+    size: int
+    seconds: float
+
+    @classmethod
+    def for_rate(cls, rate_per_s: float) -> UpstreamWindow | None:
+        """None for an unlimited rate (0 or below, or infinite)."""
+        if math.isnan(rate_per_s):
+            raise ValueError("rate_per_s must be a number")
+        if rate_per_s <= 0 or math.isinf(rate_per_s):
+            return None
+        size = max(1, round(rate_per_s))
+        return cls(size=size, seconds=size / rate_per_s)
+
+
+@dataclass(frozen=True)
+class WirePass:
+    """A request let through the wire gate: its member in the scope's wire log, and what it waited.
+
+    `passed_us` is the Redis time from which it may go (the request leaves after it; the caller has slept
+    until then). Give it back to `RateLimiter.left_wire` once the request is written, so its entry is
+    scored by when it left.
+    """
+
+    scope: str
+    member: str
+    passed_us: int
+    waited: float
+    span_us: int
+    anchor_us: int  # Redis' clock when the gate call that passed ran
+    called_at: float  # the caller's monotonic clock just before that call
+
+
 def scope_for(api_key: str | None, endpoint: str) -> str:
     """The limiter scope for an upstream key and endpoint; the key itself never reaches Redis.
 
@@ -254,16 +365,32 @@ class RateLimiter:
         *,
         prefix: str = "factgate:rl",
         sleep: Callable[[float], object] = time.sleep,
-        max_late_s: float = DEFAULT_MAX_LATE_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_late_s: float | None = None,
+        arrival_margin_s: float = DEFAULT_ARRIVAL_MARGIN_S,
+        in_flight_s: float = DEFAULT_IN_FLIGHT_S,
     ) -> None:
-        """`sleep` is injectable so tests can act while a caller waits for its slot. A caller let go more
-        than `max_late_s` after its slot books a new one instead of sending (once per `acquire`)."""
-        if not max_late_s >= 0:
+        """`sleep` is injectable so tests can act while a caller waits for its slot; `clock` (monotonic
+        seconds) measures how long after passing the wire gate a request was written.
+
+        `max_late_s`: a caller let go more than this after its slot books a new one instead of sending
+        (once per `acquire`); None (the default) never does, because the wire gate already keeps a late
+        request safe and re-booking would leave its slot unused. `arrival_margin_s` and `in_flight_s` are
+        the wire gate's (`enter_wire`).
+        """
+        if max_late_s is not None and not max_late_s >= 0:
             raise ValueError(f"max_late_s must be non-negative, got {max_late_s}")
+        if not 0 <= arrival_margin_s < 1:
+            raise ValueError(f"arrival_margin_s must be at least 0 and below 1 s, got {arrival_margin_s}")
+        if not 0 < in_flight_s <= 3600:
+            raise ValueError(f"in_flight_s must be above 0 and at most an hour, got {in_flight_s}")
         self._redis = redis
         self._prefix = prefix
         self._sleep = sleep
-        self._max_late_us = math.floor(max_late_s * _US)
+        self._clock = clock
+        self._max_late_us = None if max_late_s is None else math.floor(max_late_s * _US)
+        self._margin_us = math.ceil(arrival_margin_s * _US)
+        self._in_flight_us = math.ceil(in_flight_s * _US)
         # register_script runs EVALSHA and, on NOSCRIPT (SCRIPT FLUSH, restart, failover),
         # loads the script once and retries — the limiter survives Redis being flushed.
         self._script = redis.register_script(_LUA)
@@ -337,7 +464,8 @@ class RateLimiter:
             if forgotten:
                 rebooked += 1
                 continue
-            if not state.blocked and (late_us <= self._max_late_us or not late_rebook_left):
+            on_time = self._max_late_us is None or late_us <= self._max_late_us
+            if not state.blocked and (on_time or not late_rebook_left):
                 return Grant(waited, reservation.slot_us, state.redis_time_us, rebooked)
             # Either a 429 arrived after this slot was booked and the block covers it, or this
             # process stalled past the slot (a full garbage collection, a descheduled thread) and
@@ -356,6 +484,81 @@ class RateLimiter:
         than re-queueing the task with a countdown, keeps messages in order and the queue quiet.
         """
         return self.acquire_grant(scope, rate_per_s, burst, max_wait_s).waited
+
+    def wire_key(self, scope: str) -> str:
+        """The Redis key of a scope's wire log (a sorted set: one member per request sent lately)."""
+        return f"{self._prefix}:{scope}:wire"
+
+    def enter_wire(self, scope: str, rate_per_s: float, max_wait_s: float = 60.0) -> WirePass | None:
+        """Wait until one more request may be written now without the upstream ever counting one too many.
+
+        Called as late as possible — once the connection is up, just before the request's first byte —
+        with the upstream's real rate (no headroom). It passes when fewer than the window's `size` requests
+        of the scope left within the last window + arrival margin (by their `left_wire` times) or are
+        still in flight between this gate and their report, and then counts this one as in flight.
+        docs/architecture.md ("The wire gate") derives why that holds whatever happens between the gate
+        and the wire. None for an unlimited rate (nothing to count). A 429's block also holds here. Raises
+        `LimiterTimeout` when it cannot pass within `max_wait_s`.
+        """
+        window = UpstreamWindow.for_rate(rate_per_s)
+        if window is None:
+            return None
+        budget_us = _wait_us(max_wait_s)
+        span_us = math.ceil(window.seconds * _US) + self._margin_us
+        member = f"{time.time_ns():x}-{uuid.uuid4().hex[:12]}"
+        waited_us = 0
+        while True:
+            called_at = self._clock()
+            passed, wake_us, now_us, why = self._script(
+                keys=[self.key(scope), self.wire_key(scope)],
+                args=[
+                    "gate", _TTL_SLACK_MS, span_us, window.size, self._in_flight_us, member,
+                    max(0, budget_us - waited_us),
+                ],
+            )  # fmt: skip
+            if passed:
+                # Booked for `wake_us` (now, or when the entry that filled the window ages out): sleep
+                # until then and go, with no second call between the wake-up and the wire.
+                ahead_us = int(wake_us) - int(now_us)
+                if ahead_us > 0:
+                    self._sleep(ahead_us / _US)
+                    waited_us += ahead_us
+                return WirePass(scope, member, int(wake_us), waited_us / _US, span_us, int(now_us), called_at)
+            wait_us = max(1, int(wake_us) - int(now_us))
+            if why == 2 and int(wake_us) - span_us > int(now_us):
+                # The entry that fills the window is still in flight: it reports any moment now.
+                poll_us = min(_IN_FLIGHT_POLL_MAX_US, max(_IN_FLIGHT_POLL_US, waited_us // 4))
+                wait_us = min(wait_us, poll_us)
+            if waited_us + wait_us > budget_us:
+                raise LimiterTimeout(scope, waited_us / _US)
+            self._sleep(wait_us / _US)
+            waited_us += wait_us
+
+    def left_wire(self, wire_pass: WirePass) -> int:
+        """Record that the request of `wire_pass` has been written (or may have been: call it whenever the
+        attempt ends after the gate, even on an error). Returns the time recorded, Redis µs.
+
+        The time recorded is an upper bound on when the last byte left, in Redis' clock: the smaller of
+        Redis' "now" when this runs (after the write) and the gate's "now" plus the time this caller's own
+        clock measured from just before the gate call to here — the gate ran after that call started, so
+        the write ended at most that long after the gate's "now". The second bound does not include the
+        trip to Redis, nor a thread that waits for the CPU before it; both are durations on one clock, so
+        clock skew between hosts cannot enter.
+        """
+        elapsed_us = math.ceil(max(0.0, self._clock() - wire_pass.called_at) * _US)
+        left_us, _now_us = self._script(
+            keys=[self.key(wire_pass.scope), self.wire_key(wire_pass.scope)],
+            args=[
+                "sent",
+                _TTL_SLACK_MS,
+                wire_pass.span_us,
+                0,
+                self._in_flight_us,
+                wire_pass.member,
+                wire_pass.anchor_us + elapsed_us,
+            ],
+        )
+        return int(left_us)
 
     def block(self, scope: str, seconds: float) -> float:
         """Pause the scope for every worker until now + `seconds` (Redis time), never earlier

@@ -51,6 +51,9 @@ class EndpointWaits:
     sum_s: float = 0.0
     timeouts: int = 0
     throttled: int = 0
+    # Requests the wire gate held back (the upstream's window was full of recent sends), and for how long.
+    wire_held: int = 0
+    wire_held_s: float = 0.0
     buckets: dict[float, int] = field(default_factory=dict)
 
     def cumulative(self) -> list[tuple[str, int]]:
@@ -64,7 +67,7 @@ class EndpointWaits:
 
 
 def read_limiter_metrics(store: redis_lib.Redis) -> dict[str, EndpointWaits]:
-    """Per endpoint: acquisitions, seconds waited, per-bucket counts, timeouts and 429 blocks."""
+    """Per endpoint: acquisitions, seconds waited, bucket counts, timeouts, 429 blocks, wire-gate holds."""
     raw: dict[bytes | str, bytes | str] = store.hgetall(METRICS_KEY)
     by_endpoint: dict[str, EndpointWaits] = {}
     bounds = {f"{b:g}": b for b in WAIT_BUCKETS}
@@ -81,6 +84,10 @@ def read_limiter_metrics(store: redis_lib.Redis) -> dict[str, EndpointWaits]:
             entry.timeouts = int(value)
         elif what == "throttled":
             entry.throttled = int(value)
+        elif what == "wire_held":
+            entry.wire_held = int(value)
+        elif what == "wire_held_sum":
+            entry.wire_held_s = float(value)
         elif what.startswith("le|") and what[3:] in bounds:
             entry.buckets[bounds[what[3:]]] = int(value)
     return by_endpoint

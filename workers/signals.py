@@ -160,6 +160,20 @@ class LimiterWaits:
         if self.flush_s <= 0:
             self.flush()
 
+    def record_wire_held(self, endpoint: str, waited_s: float) -> None:
+        """Count one request the wire gate held back for `waited_s` (> 0) before it could be written."""
+        with self._lock:
+            key = f"{endpoint}|wire_held"
+            self._counts[key] = self._counts.get(key, 0) + 1
+            key = f"{endpoint}|wire_held_sum"
+            self._sums[key] = self._sums.get(key, 0.0) + max(0.0, float(waited_s))
+            if self.flush_s > 0 and self._timer is None:
+                self._timer = threading.Timer(self.flush_s, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if self.flush_s <= 0:
+            self.flush()
+
     def flush(self) -> None:
         """Write what was counted since the last write (a failed write is logged; its counts are lost)."""
         with self._lock:

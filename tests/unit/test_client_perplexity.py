@@ -25,7 +25,12 @@ import httpx
 import pytest
 
 from clients import MissingApiKeyError, PerplexityClient, UpstreamError
+from clients.errors import CallInterrupted
 from clients.results import SearchResult
+from simulator.app import create_app
+from simulator.config import SimConfig
+from simulator.fake_engine import FakeEngine
+from simulator.server import run_in_thread
 
 KEY = "pplx-test-0123456789abcdef0123456789abcdef"
 BASE = "https://api.example.test"
@@ -752,3 +757,113 @@ def test_user_agent_names_the_installed_version() -> None:
     with PerplexityClient(BASE, KEY, transport=httpx.MockTransport(reply), max_retries=0) as client:
         client.decide(claim_body())
     assert seen == [f"factgate/{metadata.version('factgate')} (httpx {httpx.__version__})"]
+
+
+# --- the wire gate hook (`before_send`) ------------------------------------------------------------
+
+
+def traced(reply: httpx.Response, events: list[str]) -> Callable[[httpx.Request], httpx.Response]:
+    """A MockTransport reply that drives httpcore's trace hook the way a real connection does."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        trace = request.extensions["trace"]
+        trace("http11.send_request_headers.started", {})
+        events.append("wire")
+        trace("http11.send_request_body.complete", {})
+        return reply
+
+    return handle
+
+
+def test_before_send_runs_at_the_wire_on_every_attempt_and_hears_when_it_left() -> None:
+    h = Harness()
+    h.replies = [
+        traced(httpx.Response(503, headers=rid(1)), h.events),
+        traced(httpx.Response(200, json=ok_decision(), headers=rid(2)), h.events),
+    ]
+
+    def gate(endpoint: str) -> Callable[[], object]:
+        h.events.append(f"gate {endpoint}")
+        return lambda: h.events.append("left")
+
+    h.client(before_send=gate).decide(claim_body())
+    assert h.events == [
+        "before decisions", "post", "gate decisions", "wire", "left", "sleep 1",
+        "before decisions", "post", "gate decisions", "wire", "left",
+    ]  # fmt: skip
+
+
+def test_an_attempt_that_fails_after_the_gate_still_reports_it_left_once() -> None:
+    h = Harness()
+    left: list[str] = []
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        request.extensions["trace"]("http11.send_request_headers.started", {})
+        raise httpx.WriteError("connection reset")  # half-written: it may have reached the upstream
+
+    h.replies = [broken]
+    with pytest.raises(UpstreamError):
+        h.client(before_send=lambda e: lambda: left.append(e), max_retries=0).decide(claim_body())
+    assert left == ["decisions"]
+
+
+def test_a_gate_that_gives_up_raises_its_own_error_before_any_attempt_and_interrupts_after_one() -> None:
+    class GateGaveUpError(Exception):
+        pass
+
+    def gate(endpoint: str) -> Callable[[], object]:
+        raise GateGaveUpError(endpoint)
+
+    events: list[str] = []
+    h = Harness(traced(httpx.Response(200, json=ok_decision()), events))
+    with pytest.raises(GateGaveUpError):
+        h.client(before_send=gate).decide(claim_body())
+    assert events == []  # nothing was written
+
+    calls = []
+
+    def second_fails(endpoint: str) -> Callable[[], object]:
+        calls.append(endpoint)
+        if len(calls) > 1:
+            raise GateGaveUpError(endpoint)
+        return lambda: None
+
+    h = Harness(traced(httpx.Response(503), events), traced(httpx.Response(200, json=ok_decision()), events))
+    with pytest.raises(CallInterrupted) as caught:
+        h.client(before_send=second_fails).decide(claim_body())
+    assert isinstance(caught.value.cause, GateGaveUpError)
+    assert len(caught.value.record.attempts) == 1
+
+
+def test_httpx_real_transport_calls_the_gate_before_the_bytes_and_reports_after_them() -> None:
+    """Over a real socket (the simulator on loopback): httpcore emits the two events the gate relies on,
+    and the simulator counts the request only after the gate let it go."""
+    app = create_app(SimConfig(), FakeEngine())
+    order: list[str] = []
+
+    def gate(endpoint: str) -> Callable[[], object]:
+        order.append(f"gate {endpoint}")
+        return lambda: order.append("left")
+
+    with run_in_thread(app=app) as sim:
+        client = PerplexityClient(sim.base_url, KEY, before_send=gate, max_retries=0)
+        try:
+            client.decide(claim_body())
+            client.decide(claim_body())  # on the kept-alive connection too
+        finally:
+            client.close()
+    assert order == ["gate decisions", "left", "gate decisions", "left"]
+
+
+def test_time_held_at_the_gate_is_queue_wait_not_upstream_latency() -> None:
+    h = Harness(post_latency_s=0.5)
+    h.replies = [traced(httpx.Response(200, json=ok_decision()), h.events)]
+
+    def gate(endpoint: str) -> Callable[[], object]:
+        h.now += 0.2  # held 200 ms before the first byte
+        return lambda: None
+
+    decision = h.client(before_send=gate).decide(claim_body())
+    attempt = decision.record.attempts[0]
+    assert attempt.latency_s == pytest.approx(0.5)
+    assert attempt.queue_wait_s == pytest.approx(0.2)
