@@ -67,7 +67,9 @@ def worker_app(pg_url: str, proxy: TcpProxy, tmp_path: Path) -> Iterator[Celery]
 
 def run(app: Celery, task: str, *args: Any) -> Any:
     """Apply a task eagerly with `app` current: the tasks find their context through `celery.current_app`,
-    and every Celery app made since (the web fixture's, say) became current when it was made."""
+    and every Celery app made since (the web fixture's, say) became current when it was made. Its result is
+    read with `disable_sync_subtasks=False`: once another test of this process has run an embedded worker,
+    Celery refuses a plain `get()` here ("Never call result.get() within a task")."""
     app.set_current()
     return app.tasks[task].apply(args=args)
 
@@ -91,8 +93,8 @@ def status_of(pg_engine: Engine, job_id: str) -> str:
 def test_sweep_logs_one_warning_and_returns_while_the_database_is_down(
     worker_app: Celery, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert (
-        "live" in run(worker_app, "factgate.sweep").get()
+    assert "live" in run(worker_app, "factgate.sweep").get(
+        disable_sync_subtasks=False
     )  # a pooled connection now exists; the restart kills it
 
     proxy.cut()
@@ -100,13 +102,13 @@ def test_sweep_logs_one_warning_and_returns_while_the_database_is_down(
     for _ in range(2):  # the dead pooled connection, then a refused connect
         result = run(worker_app, "factgate.sweep")
         assert result.successful()
-        assert result.get() == {}
+        assert result.get(disable_sync_subtasks=False) == {}
     warnings = worker_warnings(caplog)
     assert len(warnings) == 2
     assert all(w.startswith("sweep: the database unreachable") for w in warnings)
 
     proxy.restore()
-    assert "live" in run(worker_app, "factgate.sweep").get()
+    assert "live" in run(worker_app, "factgate.sweep").get(disable_sync_subtasks=False)
 
 
 def test_deliver_webhooks_logs_one_warning_and_returns_while_the_database_is_down(
@@ -115,7 +117,7 @@ def test_deliver_webhooks_logs_one_warning_and_returns_while_the_database_is_dow
     proxy.cut()
     caplog.set_level(logging.INFO, logger="factgate.workers")
     result = run(worker_app, "factgate.deliver_webhooks")
-    assert result.successful() and result.get() == 0
+    assert result.successful() and result.get(disable_sync_subtasks=False) == 0
     assert worker_warnings(caplog) == [
         "webhooks: the database unreachable (OperationalError); the next sweep sends what is due"
     ]
