@@ -4,15 +4,23 @@ The same client talks to a remote server (`--server URL`) and to the app running
 (embedded mode mounts the Flask app with `httpx.WSGITransport`), so `factgate check` exercises the
 exact validation, intake and status code of the API either way. API errors become one-line
 `CliError`s that name the line and field of a bad file.
+
+A 503 is the server saying "a dependency is down for a moment, come back in Retry-After seconds" (a
+Postgres restart, docs/operations.md): the client waits as told and asks again, for at most
+`UNAVAILABLE_BUDGET_S` in all, so `factgate check --wait` or `factgate status` rides through a restart
+instead of dying on its first poll. Only requests that are safe to repeat are asked again: reads, cancel
+and delete (both idempotent on the server), and a submission only when it carries an Idempotency-Key
+(the server answers a repeat with the job it stored the first time). Tenacity does the waiting.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, nap, retry_if_result, stop_after_delay
 
 from cli.errors import CliError, InputError
 
@@ -20,6 +28,28 @@ NDJSON = "application/x-ndjson"
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # Submissions can be large (up to 64 MB): the server may need a while to validate and store them.
 SUBMIT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+# How long in all the client keeps asking again while the server answers 503 (module docstring): longer than a
+# Postgres restart or a Redis failover takes, short enough that a real outage still ends the command.
+UNAVAILABLE_BUDGET_S = 60.0
+# The longest single wait, whatever Retry-After says (a server may ask for more than the budget allows).
+UNAVAILABLE_MAX_WAIT_S = 10.0
+DEFAULT_RETRY_AFTER_S = 2.0
+
+
+def _unavailable(response: httpx.Response) -> bool:
+    return response.status_code == 503
+
+
+def _retry_after_s(state: RetryCallState) -> float:
+    """The wait the last 503 asked for (its Retry-After in seconds), bounded; a default when absent."""
+    outcome = state.outcome
+    response = outcome.result() if outcome is not None and not outcome.failed else None
+    header = response.headers.get("retry-after") if isinstance(response, httpx.Response) else None
+    try:
+        wait = float(header) if header is not None else DEFAULT_RETRY_AFTER_S
+    except ValueError:  # an HTTP-date: our server sends seconds, so this is a proxy's; use the default
+        wait = DEFAULT_RETRY_AFTER_S
+    return min(max(wait, 0.0), UNAVAILABLE_MAX_WAIT_S)
 
 
 def _error_body(response: httpx.Response) -> dict[str, Any]:
@@ -41,8 +71,12 @@ class ApiClient:
         *,
         transport: httpx.BaseTransport | None = None,
         source: str | None = None,
+        unavailable_budget_s: float = UNAVAILABLE_BUDGET_S,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._unavailable_budget_s = unavailable_budget_s
+        self._sleep = sleep
         #: what `--server` said (shown in errors); the in-process app is "the local factgate"
         self.where = source or self.base_url
         self._http = httpx.Client(
@@ -63,9 +97,23 @@ class ApiClient:
 
     # --- plumbing ----------------------------------------------------------------------------------
 
+    def _patiently(self, call: Callable[[], httpx.Response]) -> httpx.Response:
+        """`call()` again while it answers 503, as the module docstring says; the last answer is returned
+        (a 503 still, once the budget is spent, for the caller to raise as usual)."""
+        retrying = Retrying(
+            retry=retry_if_result(_unavailable),
+            wait=_retry_after_s,
+            stop=stop_after_delay(self._unavailable_budget_s),
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+            reraise=True,
+            sleep=self._sleep or nap.sleep,
+        )
+        response: httpx.Response = retrying(call)
+        return response
+
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, **kw)
+            response = self._patiently(lambda: self._http.request(method, path, **kw))
         except httpx.ConnectError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         except httpx.TimeoutException:
@@ -123,10 +171,16 @@ class ApiClient:
         headers = {"Content-Type": NDJSON}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        try:
-            response = self._http.post(
+
+        def post() -> httpx.Response:
+            return self._http.post(
                 "/v1/jobs", params=params, content=lines, headers=headers, timeout=SUBMIT_TIMEOUT
             )
+
+        # A streamed body (an iterator) is used up by the first try and cannot be sent again.
+        again = bool(idempotency_key) and isinstance(lines, bytes)
+        try:
+            response = self._patiently(post) if again else post()
         except httpx.ConnectError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         except httpx.TimeoutException:
@@ -143,8 +197,12 @@ class ApiClient:
     ) -> dict[str, Any]:
         """POST /v1/jobs with a JSON body (`kind`, `options`, `items`)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+
+        def post() -> httpx.Response:
+            return self._http.post("/v1/jobs", json=dict(body), headers=headers, timeout=SUBMIT_TIMEOUT)
+
         try:
-            response = self._http.post("/v1/jobs", json=dict(body), headers=headers, timeout=SUBMIT_TIMEOUT)
+            response = self._patiently(post) if idempotency_key else post()
         except httpx.HTTPError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         if response.status_code >= 400:
@@ -177,12 +235,24 @@ class ApiClient:
     def iter_result_lines(self, job_id: str, fmt: str = "ndjson") -> Iterator[str]:
         """Result lines as the server streams them (NDJSON or CSV), for `results -o FILE`."""
         path = f"/v1/jobs/{job_id}/results"
+
+        def open_stream() -> httpx.Response:
+            response = self._http.send(
+                self._http.build_request("GET", path, params={"format": fmt}), stream=True
+            )
+            if response.status_code >= 400:  # an error body is short: read it now, free the connection
+                response.read()
+                response.close()
+            return response
+
         try:
-            with self._http.stream("GET", path, params={"format": fmt}) as response:
+            response = self._patiently(open_stream)
+            try:
                 if response.status_code >= 400:
-                    response.read()
                     self._raise(response, path)
                 yield from response.iter_lines()
+            finally:
+                response.close()
         except httpx.HTTPError as exc:
             raise CliError(f"reading results from factgate at {self.where} failed: {_reason(exc)}") from None
 

@@ -268,3 +268,69 @@ def test_the_example_files_are_valid_batches() -> None:
     for name, count in (("answer-questions.jsonl", 5), ("quote-questions.jsonl", 10)):
         rows = question_rules.parse_question_lines((examples / name).read_bytes().splitlines())
         assert len(rows) == count
+
+
+def test_a_503_is_asked_again_after_its_retry_after_then_the_answer_is_used() -> None:
+    """A Postgres restart answers 503 with Retry-After for a few seconds: a poll rides through it."""
+    answers = [
+        httpx.Response(503, headers={"Retry-After": "3"}, json={"error": {"message": "db down"}}),
+        httpx.Response(503, headers={"Retry-After": "99"}, json={"error": {"message": "db down"}}),
+        httpx.Response(200, json={"id": "j1", "status": "in_progress"}),
+    ]
+    seen: list[str] = []
+    slept: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return answers.pop(0)
+
+    api = ApiClient("http://fg.test", "t", transport=httpx.MockTransport(handler), sleep=slept.append)
+    assert api.job("j1")["status"] == "in_progress"
+    assert seen == ["/v1/jobs/j1"] * 3
+    assert slept == [3.0, 10.0]  # as told, and never longer than the cap
+
+
+def test_a_503_that_outlasts_the_budget_is_one_error_line() -> None:
+    def handler(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": "0"}, json={"error": {"message": "db down"}})
+
+    api = ApiClient(
+        "http://fg.test",
+        "t",
+        transport=httpx.MockTransport(handler),
+        unavailable_budget_s=0.0,
+        sleep=lambda s: None,
+    )
+    with pytest.raises(CliError, match="HTTP 503: db down"):
+        api.job("j1")
+
+
+def test_a_submission_is_sent_again_on_503_only_with_an_idempotency_key() -> None:
+    calls: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.headers.get("Idempotency-Key"))
+        if len(calls) % 2 == 1:
+            return httpx.Response(503, headers={"Retry-After": "0"}, json={"error": {"message": "db down"}})
+        return httpx.Response(202, json={"id": "j1", "status": "queued"})
+
+    api = ApiClient("http://fg.test", "t", transport=httpx.MockTransport(handler), sleep=lambda s: None)
+    assert api.submit_ndjson(b'{"claim":"x"}\n', kind="claims", options={}, idempotency_key="k")["id"] == "j1"
+    assert calls == ["k", "k"]
+    calls.clear()
+    with pytest.raises(CliError, match="503"):  # without a key a repeat could store the job twice
+        api.submit_ndjson(b'{"claim":"x"}\n', kind="claims", options={})
+    assert calls == [None]
+
+
+def test_the_results_stream_is_opened_again_after_a_503() -> None:
+    answers = [
+        httpx.Response(503, headers={"Retry-After": "1"}, json={"error": {"message": "db down"}}),
+        httpx.Response(200, content=b'{"id":"a"}\n{"_end":{"rows":1}}\n'),
+    ]
+
+    def handler(_request: httpx.Request) -> httpx.Response:
+        return answers.pop(0)
+
+    api = ApiClient("http://fg.test", "t", transport=httpx.MockTransport(handler), sleep=lambda s: None)
+    assert api.results("j1") == [{"id": "a"}]
