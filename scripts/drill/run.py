@@ -17,7 +17,11 @@ Needs root (namespaces, iptables, tc) and Debian's iptables package; it starts i
 Postgres cluster and Redis servers on the drill's private addresses and removes everything on the way out,
 on Ctrl-C too.
 
-    .venv/bin/python -m scripts.drill.run [--quick] [--only NAME ...] [--claims N] [--list]
+    .venv/bin/python -m scripts.drill.run [--quick] [--only NAME ...] [--claims N] [--redis MODE] [--list]
+
+Redis runs as production should run it, a primary, a replica and three Sentinels, so that every scenario
+(redis-failover among them) runs in one `make drill`; `--quick` (the smoke scenario alone) gets one plain
+server, which is all it needs. `--redis plain|sentinel` overrides either.
 """
 
 from __future__ import annotations
@@ -516,12 +520,26 @@ def preflight() -> None:
         raise SystemExit("drill: needs root (network namespaces, iptables, tc)")
 
 
+def redis_mode_for(chosen: list[Scenario]) -> str:
+    """The deployment a run gets unless --redis says otherwise: Sentinels (production's setting,
+    docs/operations.md) whenever a chosen scenario needs them or more than the smoke runs, so a plain
+    `make drill` runs every scenario; one plain Redis for the smoke alone (`--quick`, CI's cheap run)."""
+    return "plain" if all(sc is SMOKE and not sc.needs_sentinel for sc in chosen) else "sentinel"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the smoke scenario only, a smaller job (CI)")
     ap.add_argument("--only", nargs="*", default=None, help="scenario names to run")
     ap.add_argument("--claims", type=int, default=None, help="claims per job (350; 150 with --quick)")
-    ap.add_argument("--redis", choices=("sentinel", "plain"), default="plain")
+    ap.add_argument(
+        "--redis",
+        choices=("sentinel", "plain"),
+        default=None,
+        help="Redis as a primary, a replica and three Sentinels (the default: production's setting, and "
+        "what redis-failover needs) or one plain server (the default with --quick: its one scenario "
+        "needs no Sentinel, and the smoke stays cheap)",
+    )
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:
@@ -531,15 +549,16 @@ def main() -> int:
     preflight()
     chosen = [SMOKE] if args.quick else [s for s in SCENARIOS if args.only is None or s.name in args.only]
     claims = args.claims or (150 if args.quick else 350)
+    redis_mode = args.redis or redis_mode_for(chosen)
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGHUP, _interrupted)
     outcomes: list[Outcome] = []
     started = time.monotonic()
-    with deployment(sentinel=args.redis == "sentinel") as stack:
+    with deployment(sentinel=redis_mode == "sentinel") as stack:
         engine = create_engine(stack.database_url, pool_pre_ping=True, connect_args={"connect_timeout": 2})
         token = stack.token()
         print(f"drill: {len(chosen)} scenarios, {claims} grounded claims each, simulator {LIMIT:g} req/s, "
-              f"Redis {args.redis}, deployment up in {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+              f"Redis {redis_mode}, deployment up in {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
         for sc in chosen:
             try:
                 out = run_scenario(stack, engine, token, sc, claims)
