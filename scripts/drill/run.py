@@ -57,6 +57,8 @@ from scripts.drill.stack import (
     deployment,
 )
 from tests.reference import reference_claims
+from workers.dispatcher import FITNESS_KEY
+from workers.leases import HOSTS_KEY, host_items
 
 SAMPLE_S = 0.2
 LIMIT = SIM_RPS
@@ -77,6 +79,8 @@ class Sample:
     failed: int | None = None
     in_flight: int | None = None
     leader: str | None = None
+    held: dict[str, int] = field(default_factory=dict)  # worker host -> items it lists (running, received)
+    rtt: dict[str, float] = field(default_factory=dict)  # worker host -> its dispatcher's fitness figure (s)
 
 
 @dataclass
@@ -86,6 +90,7 @@ class Sampler:
     engine: Engine
     redis_of: Callable[[], redis_lib.Redis]
     job_id: str
+    hosts: Callable[[], dict[str, str]] = dict  # worker process ids' pid -> host name, read each sample
     samples: list[Sample] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -104,8 +109,12 @@ class Sampler:
                     ).one()
                 s.done, s.failed, s.in_flight = int(row[0]), int(row[1]), int(row[2])
             with contextlib.suppress(Exception):
-                value = self.redis_of().get(LEADER_KEY)
+                rds = self.redis_of()
+                value = rds.get(LEADER_KEY)
                 s.leader = value.decode() if value is not None else ""
+                hosts = self.hosts()
+                s.held = held_by_host(rds, hosts)
+                s.rtt = rtt_by_host(rds, hosts)
             self.samples.append(s)
 
     def done_now(self) -> int:
@@ -133,6 +142,8 @@ class Outcome:
     resume_s: float | None = None
     fault_rate: float | None = None
     in_flight_avg: float | None = None
+    faulty_held_avg: float | None = None  # items the faulty host listed, mean over the fault
+    rtt_ms: dict[str, tuple[float, float]] = field(default_factory=dict)  # host -> (mean, max) in the fault
     leader_changes: int = 0
     elapsed_s: float = 0.0
     failures: list[str] = field(default_factory=list)
@@ -142,6 +153,12 @@ class Outcome:
         resume = "-" if self.resume_s is None else f"{self.resume_s:.1f}s"
         rate = "-" if self.fault_rate is None else f"{self.fault_rate:.1f}/s"
         flight = "" if self.in_flight_avg is None else f" inflight={self.in_flight_avg:.1f}"
+        if self.faulty_held_avg is not None:
+            flight += f" faulty_held={self.faulty_held_avg:.1f}"
+        if self.rtt_ms:
+            flight += " rtt_ms=" + ",".join(
+                f"{h}:{a:.0f}/{m:.0f}" for h, (a, m) in sorted(self.rtt_ms.items())
+            )
         verdict = "HOLDS" if not self.failures else "FAILS: " + "; ".join(self.failures)
         return (
             f"{self.name:<20} {self.status:<10} {self.done}/{self.failed}/{self.total} "
@@ -158,6 +175,7 @@ class Fault:
 
     start: float = 0.0
     end: float = 0.0
+    host: str | None = None  # the worker host the fault is on, if one
 
 
 @dataclass(frozen=True)
@@ -175,6 +193,30 @@ class Scenario:
     )
 
 
+def held_by_host(rds: redis_lib.Redis, hosts: dict[str, str]) -> dict[str, int]:
+    """How many items each worker host's last beat lists (workers/leases.py: held or received, not
+    started); `hosts` maps a worker process's pid to its host name."""
+    out: dict[str, int] = {}
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in rds.zrange(HOSTS_KEY, 0, -1)]
+    for name, items in host_items(rds, names).items():
+        host = hosts.get(name.split(":", 1)[0])
+        if host is not None:
+            out[host] = out.get(host, 0) + len(items)
+    return out
+
+
+def rtt_by_host(rds: redis_lib.Redis, hosts: dict[str, str]) -> dict[str, float]:
+    """Each worker host's round-trip figure as its dispatcher beats it (workers/dispatcher.py FITNESS_KEY:
+    "process id token" -> "µs:Redis ms")."""
+    out: dict[str, float] = {}
+    for field_name, raw in rds.hgetall(FITNESS_KEY).items():
+        host = hosts.get(field_name.decode().split(":", 1)[0])
+        with contextlib.suppress(ValueError):
+            if host is not None:
+                out[host] = int(raw.decode().split(":", 1)[0]) / 1e6
+    return out
+
+
 # --- the faults -----------------------------------------------------------------------------------------
 
 
@@ -189,6 +231,16 @@ def leader_host(stack: Stack) -> str:
                 if proc is not None and proc.pid == int(head):
                     return host.name
     return WORKERS[0].name
+
+
+def worker_pids(stack: Stack) -> dict[str, str]:
+    """Each running worker's pid (what its process id in the host registry starts with) -> its host."""
+    out: dict[str, str] = {}
+    for host in WORKERS:
+        proc = stack.procs.get(host.name)
+        if proc is not None:
+            out[str(proc.pid)] = host.name
+    return out
 
 
 def host_named(name: str) -> netns.Host:
@@ -226,13 +278,14 @@ def redis_failover(stack: Stack, fault: Fault) -> None:
 
 
 def worker_killed(stack: Stack, fault: Fault) -> None:
-    name = leader_host(stack)
+    name = fault.host = leader_host(stack)
     fault.start = fault.end = time.monotonic()
     stack.signal_group(name, signal.SIGKILL)
 
 
 def leader_partitioned(stack: Stack, fault: Fault, seconds: float = 20.0) -> None:
-    host = host_named(leader_host(stack))
+    fault.host = leader_host(stack)
+    host = host_named(fault.host)
     fault.start = time.monotonic()
     netns.partition(host, [DB])
     time.sleep(seconds)
@@ -241,7 +294,7 @@ def leader_partitioned(stack: Stack, fault: Fault, seconds: float = 20.0) -> Non
 
 
 def leader_paused(stack: Stack, fault: Fault, seconds: float = 15.0) -> None:
-    name = leader_host(stack)
+    name = fault.host = leader_host(stack)
     fault.start = time.monotonic()
     stack.signal_group(name, signal.SIGSTOP)
     time.sleep(seconds)
@@ -254,7 +307,8 @@ def leader_paused_short(stack: Stack, fault: Fault) -> None:
 
 
 def slow_link(stack: Stack, fault: Fault, seconds: float = 25.0) -> None:
-    host = host_named(leader_host(stack))
+    fault.host = leader_host(stack)
+    host = host_named(fault.host)
     fault.start = time.monotonic()
     netns.slow_link(host, 256)
     time.sleep(seconds)
@@ -401,6 +455,14 @@ def measure(out: Outcome, samples: list[Sample], fault: Fault, sc: Scenario, t_e
         flights = [s.in_flight for s in inside if s.in_flight is not None]
         if flights:
             out.in_flight_avg = sum(flights) / len(flights)
+        if fault.host is not None:
+            held = [s.held.get(fault.host, 0) for s in inside if s.held]
+            if held:
+                out.faulty_held_avg = sum(held) / len(held)
+        for host in WORKERS:
+            figures = [s.rtt[host.name] * 1000 for s in inside if host.name in s.rtt]
+            if figures:
+                out.rtt_ms[host.name] = (sum(figures) / len(figures), max(figures))
     leaders = [s.leader for s in samples if s.leader]
     out.leader_changes = sum(1 for a, b in itertools.pairwise(leaders) if a != b)
 
@@ -416,7 +478,7 @@ def run_scenario(stack: Stack, engine: Engine, token: str, sc: Scenario, claims:
     ok0, r0 = decisions_counts(stack)
     t0 = time.monotonic()
     job_id = submit(stack, token, claims)
-    sampler = Sampler(engine, lambda: redis_client(stack), job_id)
+    sampler = Sampler(engine, lambda: redis_client(stack), job_id, lambda: worker_pids(stack))
     thread = threading.Thread(target=sampler.run, daemon=True)
     thread.start()
     fault = Fault()
