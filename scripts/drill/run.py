@@ -10,8 +10,9 @@ job's progress, the items in flight and the dispatcher's leader lock every SAMPL
 One line per scenario: the job's status, items done/failed/total, the simulator's 200s and 429s during the
 job, duplicate upstream calls (200s beyond one per item), items claimed more than once, the longest stall
 in progress from the fault on, how long progress took to resume after the fault ended, the throughput
-during the fault, leader changes — and whether what should hold held. The exit status is non-zero when any
-scenario did not hold.
+during the fault, for a fault on one worker host the items that host held and each host's round-trip
+figure (its dispatcher's fitness beat), leader changes — and whether what should hold held. The exit
+status is non-zero when any scenario did not hold.
 
 Needs root (namespaces, iptables, tc) and Debian's iptables package; it starts its own
 Postgres cluster and Redis servers on the drill's private addresses and removes everything on the way out,
