@@ -106,7 +106,7 @@ demo: install ## the 24 reference claims, then the example answers' citations, e
 # iptables (installed here when missing).
 # DRILL_ARGS=--quick runs the short smoke scenario alone; DRILL_ARGS="--only slow-link" picks scenarios.
 DRILL_ARGS ?=
-drill: install ## the multi-host fault drill (root; ~10 min; DRILL_ARGS=--quick: the ~1 min smoke run)
+drill: install ## the multi-host fault drill (root; ~6 min; DRILL_ARGS=--quick: the ~1 min smoke run)
 	@command -v iptables >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; }
 	$(PY) -m scripts.drill.run $(DRILL_ARGS)
