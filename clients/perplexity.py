@@ -33,6 +33,7 @@ from clients.results import AgentAnswer, Decision, SearchResponse
 from clients.retry import RetryPolicy, retryable_exception, retryable_status
 from clients.sanitize import ERROR, REQUEST_ID, clean, storable_chars
 from clients.validation import MalformedResponseError, validate_agent, validate_decision, validate_search
+from clients.wire_ack import acking_transport, await_arrival, forget_written
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
 BASE_URL_ENV = "PERPLEXITY_API_BASE"
@@ -149,8 +150,15 @@ class _Wire:
     as anything can, and the limiter learns when the request actually left.
     """
 
-    def __init__(self, gate: WireGate, endpoint: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        gate: WireGate,
+        endpoint: str,
+        clock: Callable[[], float],
+        arrival: Callable[[], object] | None = None,
+    ) -> None:
         self._gate = gate
+        self._arrival = arrival
         self._endpoint = endpoint
         self._clock = clock
         self._left: Callable[[], object] | None = None
@@ -160,6 +168,7 @@ class _Wire:
     def trace(self, event: str, info: Mapping[str, Any]) -> None:
         if event.endswith(".send_request_headers.started"):
             self.done()  # never two open passes for one attempt
+            forget_written()
             entered = self._clock()
             try:
                 self._left = self._gate(self._endpoint)
@@ -168,6 +177,15 @@ class _Wire:
             finally:
                 self.held_s += max(0.0, self._clock() - entered)
         elif event.endswith(".send_request_body.complete"):
+            if self._left is not None and self._arrival is not None:
+                # Reported once the peer has the whole request (clients/wire_ack.py): written is not yet
+                # arrived when a queue (a slow link) sits between this socket and the upstream.
+                try:
+                    self._arrival()
+                except Exception:
+                    logger.debug(
+                        "could not tell when the request arrived; the write time stands", exc_info=True
+                    )
             self.done()
 
     def done(self) -> None:
@@ -192,6 +210,9 @@ class PerplexityClient:
     `before_send(endpoint)` runs just before each POST's first byte is written, once the connection is
     up (it may wait: the limiter's wire gate), and returns a callback run once the last byte is written —
     only with transports that report httpcore's `trace` (httpx's own; not the in-process WSGI one);
+    with httpx's own transport (`transport` None) the report waits until the peer has acknowledged the
+    whole request (`arrival`, clients/wire_ack.py), so a request queued behind a slow link is not reported
+    as gone before it arrived; a given transport reports at the write unless `arrival` is given too;
     `on_throttled(endpoint, wait_s)` runs on every 429 with the wait the policy chose, so the
     limiter can pause every worker. `sleep`, `clock` (monotonic), `wall_clock` (Unix time, for
     HTTP-date `Retry-After`) and `random` are injectable so tests never sleep.
@@ -210,6 +231,7 @@ class PerplexityClient:
         before_attempt: Callable[[str], object] | None = None,
         before_send: WireGate | None = None,
         on_throttled: Callable[[str, float], object] | None = None,
+        arrival: Callable[[], object] | None = None,
         sleep: Callable[[float], object] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -227,6 +249,10 @@ class PerplexityClient:
         self._before_attempt = before_attempt
         self._before_send = before_send
         self._on_throttled = on_throttled
+        if transport is None and before_send is not None:
+            transport = acking_transport()
+            arrival = arrival or await_arrival
+        self._arrival = arrival
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock
@@ -336,7 +362,11 @@ class PerplexityClient:
             status: int | None = None
             request_id: str | None = None
             retry_after: str | None = None
-            wire = None if self._before_send is None else _Wire(self._before_send, endpoint, self._clock)
+            wire = (
+                None
+                if self._before_send is None
+                else _Wire(self._before_send, endpoint, self._clock, self._arrival)
+            )
             try:
                 try:
                     response = self._http.post(

@@ -25,11 +25,15 @@ def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
     """
     app = producer_celery(settings)
     if with_tasks:
-        from workers.bootsteps import DispatcherStep  # noqa: PLC0415 - workers only; producers skip it
+        from workers.bootsteps import (  # noqa: PLC0415 - workers only; producers skip it
+            ConsumeWhileFitStep,
+            DispatcherStep,
+        )
 
         require_all()  # a kind without its handlers fails here, not on its first item
         app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
         app.steps["worker"].add(DispatcherStep)
+        app.steps["consumer"].add(ConsumeWhileFitStep)
     return app
 
 

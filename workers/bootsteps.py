@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from typing import Any
 
 from celery import bootsteps, signals
@@ -22,7 +23,7 @@ from celery import bootsteps, signals
 from jobs.scheduling import forget_dispatches
 from models import session_scope
 from workers.context import get_context
-from workers.dispatcher import Dispatcher
+from workers.dispatcher import CONSUME_HOLD_S, Dispatcher, keeps_consuming
 
 log = logging.getLogger("factgate.workers")
 
@@ -127,6 +128,7 @@ class DispatcherStep(bootsteps.StartStopStep):
             ctx.leases.watch_waiting(waiting_items)
             ctx.leases.start()
             self.dispatcher = Dispatcher(ctx, parent.app).start()
+            parent.factgate_dispatcher = self.dispatcher  # ConsumeWhileFitStep reads its fitness figures
 
     def stop(self, parent: Any) -> None:
         if self.dispatcher is not None:
@@ -135,3 +137,62 @@ class DispatcherStep(bootsteps.StartStopStep):
 
     def shutdown(self, parent: Any) -> None:
         self.stop(parent)
+
+
+CONSUME_CHECK_S = 1.0
+
+
+class ConsumeWhileFitStep(bootsteps.StartStopStep):
+    """Stop taking task messages while this host is slow beside another live one, and take them again
+    when the rule says so (`workers.dispatcher.keeps_consuming`; the figures are the dispatcher's fitness
+    beats). The check runs every CONSUME_CHECK_S on the consumer's own timer, in the consumer's thread, so
+    cancelling and adding the queue never races the consumer's loop; what this host already holds runs to
+    its end."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.tref: Any = None
+        self.paused_at: float | None = None  # monotonic: when this host stopped consuming
+        self.queues: list[str] = []
+
+    def start(self, parent: Any) -> None:
+        self.tref = parent.timer.call_repeatedly(CONSUME_CHECK_S, self.check, (parent,), priority=10)
+
+    def stop(self, parent: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
+
+    def check(self, parent: Any, now: float | None = None) -> None:
+        dispatcher = getattr(getattr(parent, "controller", None), "factgate_dispatcher", None)
+        if dispatcher is None:
+            return
+        moment = time.monotonic() if now is None else now
+        paused_for = None if self.paused_at is None else moment - self.paused_at
+        others = list(dispatcher.others_rtt_s.values())
+        want = keeps_consuming(dispatcher.rtt_s, others, paused_for)
+        try:
+            if self.paused_at is None and not want:
+                self.queues = sorted(q.name for q in parent.task_consumer.queues)
+                for name in self.queues:
+                    parent.cancel_task_queue(name)
+                self.paused_at = moment
+                log.warning(
+                    "worker: this host is slow (round trip %.0f ms, another host's %.0f ms); it stops "
+                    "taking task messages for at least %.0f s",
+                    (dispatcher.rtt_s or 0.0) * 1000,
+                    min(others, default=0.0) * 1000,
+                    CONSUME_HOLD_S,
+                )
+            elif self.paused_at is not None and want:
+                for name in self.queues:
+                    parent.add_task_queue(name)
+                self.paused_at = None
+                log.warning("worker: this host takes task messages again")
+        except Exception:
+            log.warning("worker: could not change what this host consumes", exc_info=True)

@@ -219,6 +219,37 @@ def slow_host(rtt_s: float, leader_rtt_s: float) -> bool:
     return rtt_s > SLOW_RTT_S / 2 and leader_rtt_s * RTT_MARGIN <= rtt_s - RTT_SLACK_S
 
 
+# A worker host that finds itself slow beside another live host stops taking task messages this long.
+CONSUME_HOLD_S = 30.0
+
+
+def keeps_consuming(
+    own_rtt_s: float | None,
+    others_rtt_s: list[float],
+    paused_for_s: float | None,
+    hold_s: float = CONSUME_HOLD_S,
+) -> bool:
+    """Whether a worker host takes task messages (workers/bootsteps.py:ConsumeWhileFitStep).
+
+    Why: a host on a slow link keeps taking messages and runs each for seconds (its round trips to
+    Postgres, Redis and the upstream queue behind its own traffic), so the items it holds finish late and,
+    whenever the leader does not count them as a slow host's, keep the scope below its rate. So a host
+    whose own figure is slow beside the fittest other live host's (`slow_host`, the leader's rule for the
+    slow hosts whose items take no slot) stops consuming, finishes what it holds, and leaves new work to
+    the others for at least `hold_s`: an idle slow link looks fast (nothing queues behind the probe), so
+    resuming as soon as the figure drops would take a full prefetch again within a second. It consumes
+    again after the hold once it is not slow, and at once when no other host has a fresh figure (the
+    others are gone: a slow host is better than none). By the margin in `slow_host` two hosts are never
+    slow beside each other, so the fittest host always consumes. `paused_for_s` is None while consuming.
+    """
+    if own_rtt_s is None or not others_rtt_s:
+        return True
+    slow = slow_host(own_rtt_s, min(others_rtt_s))
+    if paused_for_s is None:
+        return not slow
+    return paused_for_s >= hold_s and not slow
+
+
 # Renew the lock only if we still hold it (compare-and-expire in one step).
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then

@@ -21,14 +21,16 @@ small; the gate is what guarantees.
 Why a wire gate (`enter_wire`, `left_wire`): a decision taken before the POST cannot see what happens
 after it — a thread not scheduled, a pooled connection to open, TLS. So the client calls the gate from
 httpcore's trace hook, once the connection is up and just before the first byte, with the upstream's real
-rate; and again once the last byte is written, to record when the request left. The gate mirrors the
+rate; and again once the last byte is written and the peer has acknowledged it (clients/wire_ack.py: behind
+a slow link's queue "written" is not "arrived"), to record when the request left. The gate mirrors the
 upstream's own window on our side, with measured send times in place of grant times: a sorted set per
 scope of the requests that passed, each scored by (an upper bound on) when it left, or, until it reports,
 counted as in flight. A request passes when fewer than the window's size ``N`` left within the last
 ``W + m`` (the upstream window plus ``FACTGATE_LIMITER_ARRIVAL_MARGIN_S``) or are in flight. Whatever
 stalls happen anywhere on our side, the upstream then never counts ``N + 1`` in a window, as long as the
 time from "written" to "counted upstream" of one request exceeds that of a request written later by less
-than ``m`` — docs/architecture.md ("The wire gate") has the proof. A stall only costs time: the request
+than ``m`` (the time from the peer's kernel having it, where the client can read that) —
+docs/architecture.md ("The wire gate") has the proof. A stall only costs time: the request
 after it in the window waits at the gate for the stalled one's real send time to age out.
 
 Why a check before sending: a 429 after slots were handed out must still hold back every caller that has
@@ -187,9 +189,10 @@ _MAX_WAIT_US: Final = 10 * 365 * 24 * 3600 * _US
 
 
 # How long a request that passed the wire gate may take to be written (the gate counts it as leaving then
-# at the latest until it reports). Writing a small body on an open connection takes well under 1 ms; the
-# bound only matters for a process that dies between the gate and its report: its entry holds one of the
-# window's places for this long plus the window.
+# at the latest until it reports). Writing a small body on an open connection takes well under 1 ms, and
+# the client's wait for the peer's acknowledgement is bounded below this (clients/wire_ack.py ACK_WAIT_S,
+# 4 s); the bound only matters for a process that dies between the gate and its report: its entry holds
+# one of the window's places for this long plus the window.
 DEFAULT_IN_FLIGHT_S: Final = 5.0
 # How much more one request's time from "written" to "counted upstream" (network, the upstream's own
 # accepting and parsing) may exceed that of a request sent a window later (docs/architecture.md, the wire

@@ -10,14 +10,19 @@ job's progress, the items in flight and the dispatcher's leader lock every SAMPL
 One line per scenario: the job's status, items done/failed/total, the simulator's 200s and 429s during the
 job, duplicate upstream calls (200s beyond one per item), items claimed more than once, the longest stall
 in progress from the fault on, how long progress took to resume after the fault ended, the throughput
-during the fault, leader changes — and whether what should hold held. The exit status is non-zero when any
-scenario did not hold.
+during the fault, for a fault on one worker host the items that host held and each host's round-trip
+figure (its dispatcher's fitness beat), leader changes — and whether what should hold held. The exit
+status is non-zero when any scenario did not hold.
 
 Needs root (namespaces, iptables, tc) and Debian's iptables package; it starts its own
 Postgres cluster and Redis servers on the drill's private addresses and removes everything on the way out,
 on Ctrl-C too.
 
-    .venv/bin/python -m scripts.drill.run [--quick] [--only NAME ...] [--claims N] [--list]
+    .venv/bin/python -m scripts.drill.run [--quick] [--only NAME ...] [--claims N] [--redis MODE] [--list]
+
+Redis runs as production should run it, a primary, a replica and three Sentinels, so that every scenario
+(redis-failover among them) runs in one `make drill`; `--quick` (the smoke scenario alone) gets one plain
+server, which is all it needs. `--redis plain|sentinel` overrides either.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from scripts.drill.stack import (
     deployment,
 )
 from tests.reference import reference_claims
+from workers.dispatcher import FITNESS_KEY
+from workers.leases import HOSTS_KEY, host_items
 
 SAMPLE_S = 0.2
 LIMIT = SIM_RPS
@@ -73,6 +80,8 @@ class Sample:
     failed: int | None = None
     in_flight: int | None = None
     leader: str | None = None
+    held: dict[str, int] = field(default_factory=dict)  # worker host -> items it lists (running, received)
+    rtt: dict[str, float] = field(default_factory=dict)  # worker host -> its dispatcher's fitness figure (s)
 
 
 @dataclass
@@ -82,6 +91,7 @@ class Sampler:
     engine: Engine
     redis_of: Callable[[], redis_lib.Redis]
     job_id: str
+    hosts: Callable[[], dict[str, str]] = dict  # worker process ids' pid -> host name, read each sample
     samples: list[Sample] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -100,8 +110,12 @@ class Sampler:
                     ).one()
                 s.done, s.failed, s.in_flight = int(row[0]), int(row[1]), int(row[2])
             with contextlib.suppress(Exception):
-                value = self.redis_of().get(LEADER_KEY)
+                rds = self.redis_of()
+                value = rds.get(LEADER_KEY)
                 s.leader = value.decode() if value is not None else ""
+                hosts = self.hosts()
+                s.held = held_by_host(rds, hosts)
+                s.rtt = rtt_by_host(rds, hosts)
             self.samples.append(s)
 
     def done_now(self) -> int:
@@ -129,6 +143,8 @@ class Outcome:
     resume_s: float | None = None
     fault_rate: float | None = None
     in_flight_avg: float | None = None
+    faulty_held_avg: float | None = None  # items the faulty host listed, mean over the fault
+    rtt_ms: dict[str, tuple[float, float]] = field(default_factory=dict)  # host -> (mean, max) in the fault
     leader_changes: int = 0
     elapsed_s: float = 0.0
     failures: list[str] = field(default_factory=list)
@@ -138,6 +154,12 @@ class Outcome:
         resume = "-" if self.resume_s is None else f"{self.resume_s:.1f}s"
         rate = "-" if self.fault_rate is None else f"{self.fault_rate:.1f}/s"
         flight = "" if self.in_flight_avg is None else f" inflight={self.in_flight_avg:.1f}"
+        if self.faulty_held_avg is not None:
+            flight += f" faulty_held={self.faulty_held_avg:.1f}"
+        if self.rtt_ms:
+            flight += " rtt_ms=" + ",".join(
+                f"{h}:{a:.0f}/{m:.0f}" for h, (a, m) in sorted(self.rtt_ms.items())
+            )
         verdict = "HOLDS" if not self.failures else "FAILS: " + "; ".join(self.failures)
         return (
             f"{self.name:<20} {self.status:<10} {self.done}/{self.failed}/{self.total} "
@@ -154,6 +176,7 @@ class Fault:
 
     start: float = 0.0
     end: float = 0.0
+    host: str | None = None  # the worker host the fault is on, if one
 
 
 @dataclass(frozen=True)
@@ -171,6 +194,30 @@ class Scenario:
     )
 
 
+def held_by_host(rds: redis_lib.Redis, hosts: dict[str, str]) -> dict[str, int]:
+    """How many items each worker host's last beat lists (workers/leases.py: held or received, not
+    started); `hosts` maps a worker process's pid to its host name."""
+    out: dict[str, int] = {}
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in rds.zrange(HOSTS_KEY, 0, -1)]
+    for name, items in host_items(rds, names).items():
+        host = hosts.get(name.split(":", 1)[0])
+        if host is not None:
+            out[host] = out.get(host, 0) + len(items)
+    return out
+
+
+def rtt_by_host(rds: redis_lib.Redis, hosts: dict[str, str]) -> dict[str, float]:
+    """Each worker host's round-trip figure as its dispatcher beats it (workers/dispatcher.py FITNESS_KEY:
+    "process id token" -> "µs:Redis ms")."""
+    out: dict[str, float] = {}
+    for field_name, raw in rds.hgetall(FITNESS_KEY).items():
+        host = hosts.get(field_name.decode().split(":", 1)[0])
+        with contextlib.suppress(ValueError):
+            if host is not None:
+                out[host] = int(raw.decode().split(":", 1)[0]) / 1e6
+    return out
+
+
 # --- the faults -----------------------------------------------------------------------------------------
 
 
@@ -185,6 +232,16 @@ def leader_host(stack: Stack) -> str:
                 if proc is not None and proc.pid == int(head):
                     return host.name
     return WORKERS[0].name
+
+
+def worker_pids(stack: Stack) -> dict[str, str]:
+    """Each running worker's pid (what its process id in the host registry starts with) -> its host."""
+    out: dict[str, str] = {}
+    for host in WORKERS:
+        proc = stack.procs.get(host.name)
+        if proc is not None:
+            out[str(proc.pid)] = host.name
+    return out
 
 
 def host_named(name: str) -> netns.Host:
@@ -222,13 +279,14 @@ def redis_failover(stack: Stack, fault: Fault) -> None:
 
 
 def worker_killed(stack: Stack, fault: Fault) -> None:
-    name = leader_host(stack)
+    name = fault.host = leader_host(stack)
     fault.start = fault.end = time.monotonic()
     stack.signal_group(name, signal.SIGKILL)
 
 
 def leader_partitioned(stack: Stack, fault: Fault, seconds: float = 20.0) -> None:
-    host = host_named(leader_host(stack))
+    fault.host = leader_host(stack)
+    host = host_named(fault.host)
     fault.start = time.monotonic()
     netns.partition(host, [DB])
     time.sleep(seconds)
@@ -237,7 +295,7 @@ def leader_partitioned(stack: Stack, fault: Fault, seconds: float = 20.0) -> Non
 
 
 def leader_paused(stack: Stack, fault: Fault, seconds: float = 15.0) -> None:
-    name = leader_host(stack)
+    name = fault.host = leader_host(stack)
     fault.start = time.monotonic()
     stack.signal_group(name, signal.SIGSTOP)
     time.sleep(seconds)
@@ -250,7 +308,8 @@ def leader_paused_short(stack: Stack, fault: Fault) -> None:
 
 
 def slow_link(stack: Stack, fault: Fault, seconds: float = 25.0) -> None:
-    host = host_named(leader_host(stack))
+    fault.host = leader_host(stack)
+    host = host_named(fault.host)
     fault.start = time.monotonic()
     netns.slow_link(host, 256)
     time.sleep(seconds)
@@ -397,6 +456,14 @@ def measure(out: Outcome, samples: list[Sample], fault: Fault, sc: Scenario, t_e
         flights = [s.in_flight for s in inside if s.in_flight is not None]
         if flights:
             out.in_flight_avg = sum(flights) / len(flights)
+        if fault.host is not None:
+            held = [s.held.get(fault.host, 0) for s in inside if s.held]
+            if held:
+                out.faulty_held_avg = sum(held) / len(held)
+        for host in WORKERS:
+            figures = [s.rtt[host.name] * 1000 for s in inside if host.name in s.rtt]
+            if figures:
+                out.rtt_ms[host.name] = (sum(figures) / len(figures), max(figures))
     leaders = [s.leader for s in samples if s.leader]
     out.leader_changes = sum(1 for a, b in itertools.pairwise(leaders) if a != b)
 
@@ -412,7 +479,7 @@ def run_scenario(stack: Stack, engine: Engine, token: str, sc: Scenario, claims:
     ok0, r0 = decisions_counts(stack)
     t0 = time.monotonic()
     job_id = submit(stack, token, claims)
-    sampler = Sampler(engine, lambda: redis_client(stack), job_id)
+    sampler = Sampler(engine, lambda: redis_client(stack), job_id, lambda: worker_pids(stack))
     thread = threading.Thread(target=sampler.run, daemon=True)
     thread.start()
     fault = Fault()
@@ -516,12 +583,26 @@ def preflight() -> None:
         raise SystemExit("drill: needs root (network namespaces, iptables, tc)")
 
 
+def redis_mode_for(chosen: list[Scenario]) -> str:
+    """The deployment a run gets unless --redis says otherwise: Sentinels (production's setting,
+    docs/operations.md) whenever a chosen scenario needs them or more than the smoke runs, so a plain
+    `make drill` runs every scenario; one plain Redis for the smoke alone (`--quick`, CI's cheap run)."""
+    return "plain" if all(sc is SMOKE and not sc.needs_sentinel for sc in chosen) else "sentinel"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the smoke scenario only, a smaller job (CI)")
     ap.add_argument("--only", nargs="*", default=None, help="scenario names to run")
     ap.add_argument("--claims", type=int, default=None, help="claims per job (350; 150 with --quick)")
-    ap.add_argument("--redis", choices=("sentinel", "plain"), default="plain")
+    ap.add_argument(
+        "--redis",
+        choices=("sentinel", "plain"),
+        default=None,
+        help="Redis as a primary, a replica and three Sentinels (the default: production's setting, and "
+        "what redis-failover needs) or one plain server (the default with --quick: its one scenario "
+        "needs no Sentinel, and the smoke stays cheap)",
+    )
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:
@@ -531,15 +612,16 @@ def main() -> int:
     preflight()
     chosen = [SMOKE] if args.quick else [s for s in SCENARIOS if args.only is None or s.name in args.only]
     claims = args.claims or (150 if args.quick else 350)
+    redis_mode = args.redis or redis_mode_for(chosen)
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGHUP, _interrupted)
     outcomes: list[Outcome] = []
     started = time.monotonic()
-    with deployment(sentinel=args.redis == "sentinel") as stack:
+    with deployment(sentinel=redis_mode == "sentinel") as stack:
         engine = create_engine(stack.database_url, pool_pre_ping=True, connect_args={"connect_timeout": 2})
         token = stack.token()
         print(f"drill: {len(chosen)} scenarios, {claims} grounded claims each, simulator {LIMIT:g} req/s, "
-              f"Redis {args.redis}, deployment up in {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+              f"Redis {redis_mode}, deployment up in {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
         for sc in chosen:
             try:
                 out = run_scenario(stack, engine, token, sc, claims)

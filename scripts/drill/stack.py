@@ -214,7 +214,12 @@ class Stack:
             self.wait_redis(port)
 
     def start_simulator(self) -> None:
-        self.start("simulator", DB, [str(BIN / "factgate"), "simulator", "--host", DB.ip, "--port", str(SIM_PORT),
+        """The simulator at real-time priority (`chrt -r 10`, as bench/at_limit.py runs it): it stands in
+        for the remote API, which this machine's load does not slow down. At normal priority on a busy
+        2-core host (the drill's eight processes, or anyone else's work) it counted requests when its
+        threads next got a core — up to 150 ms late in the bench — and that delay, not the limiter, drew
+        429s: six in one slow-link run at a load average of 22."""
+        self.start("simulator", DB, ["chrt", "-r", "10", str(BIN / "factgate"), "simulator", "--host", DB.ip, "--port", str(SIM_PORT),
                                      "--decisions-rps", str(SIM_RPS), "--latency", str(SIM_LATENCY_S)])  # fmt: skip
         wait_http(self.sim + "/stats")
 

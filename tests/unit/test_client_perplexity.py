@@ -867,3 +867,39 @@ def test_time_held_at_the_gate_is_queue_wait_not_upstream_latency() -> None:
     attempt = decision.record.attempts[0]
     assert attempt.latency_s == pytest.approx(0.5)
     assert attempt.queue_wait_s == pytest.approx(0.2)
+
+
+def test_the_report_waits_for_the_request_to_arrive() -> None:
+    """With an arrival hook (the peer's acknowledgement, clients/wire_ack.py) the gate hears the request
+    left only after it arrived, so a request queued behind a slow link is never counted as gone early."""
+    h = Harness()
+    h.replies = [traced(httpx.Response(200, json=ok_decision()), h.events)]
+
+    def gate(endpoint: str) -> Callable[[], object]:
+        h.events.append("gate")
+        return lambda: h.events.append("left")
+
+    h.client(before_send=gate, arrival=lambda: h.events.append("acked")).decide(claim_body())
+    assert h.events == ["before decisions", "post", "gate", "wire", "acked", "left"]
+
+
+def test_a_failing_arrival_hook_still_reports_and_never_fails_the_request() -> None:
+    h = Harness()
+    h.replies = [traced(httpx.Response(200, json=ok_decision()), h.events)]
+
+    def broken() -> None:
+        raise OSError("no TCP_INFO")
+
+    h.client(before_send=lambda e: lambda: h.events.append("left"), arrival=broken).decide(claim_body())
+    assert h.events[-1] == "left"
+
+
+def test_the_default_transport_reports_after_arrival() -> None:
+    from clients import wire_ack
+
+    client = PerplexityClient(BASE, KEY, before_send=lambda e: None, max_retries=0)
+    try:
+        assert client._arrival is wire_ack.await_arrival
+        assert isinstance(client._http._transport._pool._network_backend, wire_ack.AckingBackend)  # type: ignore[attr-defined]
+    finally:
+        client.close()
