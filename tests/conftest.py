@@ -30,7 +30,7 @@ from tests.services import (
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker per core, at most MAX_XDIST_WORKERS."""
+    """`-n auto`: one worker per core, at most as many as the suite has Redis databases for."""
     cores = os.cpu_count() or 1
     return max(1, min(cores, MAX_XDIST_WORKERS))
 

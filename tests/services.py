@@ -16,14 +16,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import socket
-import subprocess
 import threading
-import time
 import uuid
 
 import pytest
-import redis as redis_lib
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -37,13 +33,10 @@ REDIS_BASE = os.environ.get("FACTGATE_TEST_REDIS_BASE", "redis://127.0.0.1:6379"
 # The databases tests flush (11 the CLI server, 12 the metrics test, 13 the queue stack and the honcho test)
 # are a block of three per xdist worker: gw0 (and a run without xdist) keeps 11-13, gw1 gets 8-10, gw2 5-7,
 # gw3 2-4. Database 15 is shared by every worker: its tests touch only keys under a prefix of their own. 0
-# and 1 are never used (a developer's own data usually lives in 0), nor 14. A server has 16 databases, so
-# from gw4 on a worker starts a Redis server of its own (`redis-server` on a free port of 127.0.0.1, no
-# persistence, stopped when the worker exits) and keeps its three databases there (`_own_redis_base`).
+# and 1 are never used (a developer's own data usually lives in 0), nor 14.
 FLUSHED_DBS = (11, 12, 13)
 _BLOCK_STARTS = (11, 8, 5, 2)
-# The most xdist workers `-n auto` picks; with `-n N` any N works (see above).
-MAX_XDIST_WORKERS = 8
+MAX_XDIST_WORKERS = len(_BLOCK_STARTS)
 SHARED_DB = 15
 
 
@@ -53,52 +46,16 @@ def xdist_worker() -> int:
     return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
 
 
-_own_redis_lock = threading.Lock()
-_own_redis: str | None = None
-
-
-def _own_redis_base() -> str:
-    """The base URL of this process's own Redis server (started on first use, stopped at exit)."""
-    global _own_redis  # noqa: PLW0603 - one server per process is the point
-    with _own_redis_lock:
-        if _own_redis is None:
-            with socket.socket() as sock:  # a free port: the server binds it right after
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
-            proc = subprocess.Popen(
-                [*argv, "--appendonly", "no", "--databases", "16"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            atexit.register(_stop_quietly, proc)
-            base = f"redis://127.0.0.1:{port}"
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    redis_lib.Redis.from_url(base, socket_timeout=1).ping()
-                    break
-                except redis_lib.ConnectionError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            _own_redis = base
-        return _own_redis
-
-
-def _stop_quietly(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(Exception):
-        proc.terminate()
-        proc.wait(5)
-
-
 def redis_db_url(db: int) -> str:
     """The URL of logical database `db` on the suite's Redis server, for this xdist worker."""
     if db in FLUSHED_DBS:
         worker = xdist_worker()
-        db = _BLOCK_STARTS[worker % len(_BLOCK_STARTS)] + FLUSHED_DBS.index(db)
-        if worker >= len(_BLOCK_STARTS):
-            return f"{_own_redis_base()}/{db}"
+        if worker >= MAX_XDIST_WORKERS:
+            raise RuntimeError(
+                f"xdist worker gw{worker}: one Redis server has databases for {MAX_XDIST_WORKERS} workers "
+                f"(run with -n {MAX_XDIST_WORKERS} or fewer)"
+            )
+        db = _BLOCK_STARTS[worker] + FLUSHED_DBS.index(db)
     return f"{REDIS_BASE}/{db}"
 
 
