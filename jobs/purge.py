@@ -11,9 +11,10 @@ only, never on the table), keyed by the indexes reads already use (`ix_api_calls
 
 Order, per job: its `api_calls` rows first, each batch rolled up into `usage_days` in the statement that
 deletes it (so usage is counted once, never zero and never twice: jobs/usage.py reads both); then its items
-(children with their question, through the foreign key), webhook deliveries (their attempts cascade) and
-staged rows; then the job row (deleted jobs, and purged ones whose row has outlived another retention
-period) or `purged_at` (a job past its retention, whose row and summary stay).
+(children with their question, through the foreign key), its claims' source lists (jobs/source_lists.py),
+webhook deliveries (their attempts cascade) and staged rows; then the job row (deleted jobs, and purged
+ones whose row has outlived another retention period) or `purged_at` (a job past its retention, whose row
+and summary stay).
 
 A deleted job is gone for its tenant at once: every read filters `deleted_at` (jobs/queries.py), so the
 rows left for the purge are invisible. Every step re-reads the job, so a purge that loses a race (a job
@@ -34,7 +35,7 @@ from jobs.bulk_load import drop_staged_batch
 from jobs.control import JobStateError, cancel_job
 from jobs.retention import Retention
 from jobs.tenancy import TenantNotFoundError
-from models import ApiToken, Job, JobStatus, Tenant, WebhookDelivery, WebSession, utcnow
+from models import ApiToken, Job, JobStatus, SourceList, Tenant, WebhookDelivery, WebSession, utcnow
 from models.jobs import PURGE_PENDING_SQL
 
 PURGE_BATCH = 10_000
@@ -117,6 +118,15 @@ def _delete_items(session: Session, job_id: uuid.UUID, limit: int) -> int:
     return int(cast("CursorResult[Any]", result).rowcount)
 
 
+def _delete_source_lists(session: Session, job_id: uuid.UUID, limit: int) -> int:
+    """Up to `limit` of the job's source lists (its claims' sources, stored once per list)."""
+    batch = select(SourceList.digest).where(SourceList.job_id == job_id).limit(limit)
+    result = session.execute(
+        delete(SourceList).where(SourceList.job_id == job_id, SourceList.digest.in_(batch.scalar_subquery()))
+    )
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
 def purge_step(session: Session, job_id: uuid.UUID, limit: int = PURGE_BATCH) -> int:
     """One bounded step of purging a deleted or expired job, in the caller's transaction; returns the rows
     it removed (0: the job is done — its row gone or marked purged — or is not to be purged)."""
@@ -129,6 +139,10 @@ def purge_step(session: Session, job_id: uuid.UUID, limit: int = PURGE_BATCH) ->
     if moved:
         return moved
     gone = _delete_items(session, job_id, limit)
+    if gone:
+        return gone
+    # After the items: an output names its list until its item is gone.
+    gone = _delete_source_lists(session, job_id, limit)
     if gone:
         return gone
     gone = int(
