@@ -402,7 +402,8 @@ def run_layout(
     vac_s, vac_wal = vacuum(engine, tables)
     with engine.connect() as conn:
         after = size_of(conn, tables)
-    say(f"  purge {took:.1f} s in {statements} statements ({gone:,} rows); WAL {wal / 1e6:,.1f} MB of DML"
+    what = "calls rolled up, then the partitions dropped" if part else "rows deleted"
+    say(f"  purge {took:.1f} s in {statements} statements ({gone:,} {what}); WAL {wal / 1e6:,.1f} MB of DML"
         + (f" + {ddl_wal / 1e6:,.2f} MB by LSN over the DDL (upper bound)" if part else "")
         + f" = {(wal + ddl_wal) / max(rows, 1):,.0f} bytes an item")  # fmt: skip
     say(f"  after VACUUM ({vac_s:.1f} s, {vac_wal / 1e6:,.1f} MB WAL by LSN): {after / 1e6:,.1f} MB "
