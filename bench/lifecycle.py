@@ -249,16 +249,17 @@ def main() -> None:
                     f"started in {start:.2f} s, ratio to goal ({GOAL_START_S:.0f} s) {start / GOAL_START_S:.2f}; "
                     f"completed in {during:.2f} s (alone {baseline:.2f} s, ratio {during / baseline:.2f})")  # fmt: skip
                 wait("purged", gone)
+                purged_s = time.monotonic() - t0
                 polls = poller.stop()
                 # The same poll for as long again once the purge is over: what the machine's other load
                 # costs, apart from the purge's.
                 after = Poller(web, auth)
                 after.job_id = poller.job_id
                 after.start()
-                time.sleep(max(10.0, time.monotonic() - t0))
+                time.sleep(max(10.0, purged_s))
                 after_ms = after.stop()
                 p99 = sorted(polls)[min(len(polls) - 1, int(len(polls) * 0.99))] if polls else float("nan")
-                say(f"  rows purged {time.monotonic() - t0:.1f} s after the DELETE (load "
+                say(f"  rows purged {purged_s:.1f} s after the DELETE (load "
                     f"{psutil.getloadavg()[0]:.1f}); status poll of the small job from the DELETE until then: "
                     f"{percentiles(polls)}, ratio to goal (p99 {GOAL_POLL_P99_MS:.0f} ms) "
                     f"{p99 / GOAL_POLL_P99_MS:.2f}")  # fmt: skip
