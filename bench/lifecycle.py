@@ -9,8 +9,12 @@ Three figures, each against its goal:
 2. a cancel while running: the same body again, built and dispatching to the simulator; the cancel is
    timed once items are done (goal ≤ 2 s), then the time until `cancelled` and its counts;
 3. a purge: `DELETE /v1/jobs/{id}` of that cancelled million-item job is timed, and a 3-claim job is
-   submitted right after and timed to `completed` while the purge runs, against the same small job before
-   it (the ratio is the purge's cost to others), then the time until the job's rows are gone.
+   submitted right after, timed to its start (`started_at` set: goal ≤ 1 s) and to `completed` while the
+   purge runs, against the same small job before it (the ratio is the purge's cost to others), then the
+   time until the job's rows are gone. From the DELETE until then another client polls the small job's
+   status (`GET /v1/jobs/{id}`, every 50 ms): its p50 and p99 against the goal (p99 ≤ 50 ms), beside the
+   same poll before the purge and after it (as long again: on a shared machine the other load sets much
+   of the tail, and the poll after the purge tells it apart from the purge's).
 
     FACTGATE_BENCH_REDIS_URL=redis://127.0.0.1:6392/12 .venv/bin/python bench/lifecycle.py [--rows 1000000]
 """
@@ -19,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +43,8 @@ from jobs.tenancy import create_token
 from models import make_engine, make_session_factory, session_scope
 
 GOAL_CANCEL_S = 2.0
+GOAL_START_S = 1.0
+GOAL_POLL_P99_MS = 50.0
 SMALL = [
     {"id": "s1", "claim": "Python 3.12 was released in October 2023."},
     {"id": "s2", "claim": "Git was created by Linus Torvalds."},
@@ -59,6 +68,44 @@ def wait(what: str, check: Any, timeout: float = 1800.0, every: float = 0.2) -> 
             return time.monotonic() - t0
         time.sleep(every)
     raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+
+
+def percentiles(ms: list[float]) -> str:
+    if not ms:
+        return "no polls"
+    ms = sorted(ms)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    return f"{len(ms)} polls, p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, max {ms[-1]:.1f} ms"
+
+
+class Poller:
+    """A client of its own polling one job's status every `every` seconds until stopped: each poll's time."""
+
+    def __init__(self, web: str, auth: dict[str, str], every: float = 0.05) -> None:
+        self.web, self.auth, self.every = web, auth, every
+        self.job_id: str | None = None
+        self.ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.web, headers=self.auth, timeout=60) as client:
+            while not self._stop.is_set():
+                if self.job_id is not None:
+                    t0 = time.monotonic()
+                    r = client.get(f"/v1/jobs/{self.job_id}")
+                    if r.status_code == 200:
+                        self.ms.append((time.monotonic() - t0) * 1000)
+                self._stop.wait(self.every)
+
+    def start(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join()
+        return self.ms
 
 
 def main() -> None:
@@ -100,12 +147,26 @@ def main() -> None:
                     got: dict[str, Any] = client.get(f"/v1/jobs/{jid}").json()
                     return got
 
-                def small_job() -> float:
+                def small_job(poller: Poller | None = None) -> tuple[float, float]:
+                    """POST a 3-claim job: (seconds from its creation to its start, by the job's own
+                    timestamps; seconds from the POST to `completed`)."""
                     t0 = time.monotonic()
                     r = client.post("/v1/jobs", json={"kind": "claims", "items": SMALL})
                     jid = r.json()["id"]
+                    if poller is not None:
+                        poller.job_id = jid
+                    stamps: dict[str, Any] = {}
+
+                    def started() -> bool:
+                        stamps.update(job(jid)["timestamps"])
+                        return stamps.get("started_at") is not None
+
+                    wait("small job start", started, 300, 0.02)
+                    start = datetime.fromisoformat(stamps["started_at"]) - datetime.fromisoformat(
+                        stamps["created_at"]
+                    )
                     wait("small job", lambda: job(jid)["status"] == "completed", 300)
-                    return time.monotonic() - t0
+                    return start.total_seconds(), time.monotonic() - t0
 
                 def submit() -> str:
                     t0 = time.monotonic()
@@ -140,8 +201,12 @@ def main() -> None:
                     assert r.status_code == 200, r.text[:300]
                     return took
 
-                baseline = small_job()
-                say(f"small 3-claim job alone: {baseline:.2f} s to completed")
+                quiet = Poller(web, auth).start()
+                base_start, baseline = small_job(quiet)
+                time.sleep(10)  # enough polls for a p99
+                quiet_ms = quiet.stop()
+                say(f"small 3-claim job alone: started in {base_start:.2f} s, {baseline:.2f} s to completed; "
+                    f"status poll {percentiles(quiet_ms)}")  # fmt: skip
 
                 say(f"1. cancel while validating ({args.rows:,} rows, load {psutil.getloadavg()[0]:.1f})")
                 jid = submit()
@@ -167,21 +232,39 @@ def main() -> None:
                     f"{c['failed']:,} failed of {c['total']:,}")  # fmt: skip
 
                 say("3. purge of that job while a small job starts")
+                poller = Poller(web, auth).start()
                 t0 = time.monotonic()
                 r = client.delete(f"/v1/jobs/{jid}")
                 took = time.monotonic() - t0
                 assert r.status_code == 204, r.text[:300]
                 say(f"  DELETE answered in {took:.3f} s; GET now {client.get(f'/v1/jobs/{jid}').status_code}")
-                during = small_job()
-                say(f"  small job during the purge: {during:.2f} s (alone {baseline:.2f} s, ratio "
-                    f"{during / baseline:.2f})")  # fmt: skip
+                start, during = small_job(poller)
 
                 def gone() -> bool:
                     with engine.connect() as conn:
                         return not conn.scalar(text("SELECT count(*) FROM jobs WHERE id = :j"), {"j": jid})
 
-                purged = wait("purged", gone)
-                say(f"  rows purged {took + during + purged:.1f} s after the DELETE")
+                purging = not gone()
+                say(f"  small job during the purge{'' if purging else ' (the purge had already ended)'}: "
+                    f"started in {start:.2f} s, ratio to goal ({GOAL_START_S:.0f} s) {start / GOAL_START_S:.2f}; "
+                    f"completed in {during:.2f} s (alone {baseline:.2f} s, ratio {during / baseline:.2f})")  # fmt: skip
+                wait("purged", gone)
+                purged_s = time.monotonic() - t0
+                polls = poller.stop()
+                # The same poll for as long again once the purge is over: what the machine's other load
+                # costs, apart from the purge's.
+                after = Poller(web, auth)
+                after.job_id = poller.job_id
+                after.start()
+                time.sleep(max(10.0, purged_s))
+                after_ms = after.stop()
+                p99 = sorted(polls)[min(len(polls) - 1, int(len(polls) * 0.99))] if polls else float("nan")
+                say(f"  rows purged {purged_s:.1f} s after the DELETE (load "
+                    f"{psutil.getloadavg()[0]:.1f}); status poll of the small job from the DELETE until then: "
+                    f"{percentiles(polls)}, ratio to goal (p99 {GOAL_POLL_P99_MS:.0f} ms) "
+                    f"{p99 / GOAL_POLL_P99_MS:.2f}")  # fmt: skip
+                say(f"  status poll of the small job after the purge, as long again: {percentiles(after_ms)} "
+                    f"(load {psutil.getloadavg()[0]:.1f})")  # fmt: skip
         finally:
             procs.stop()
             engine.dispose()

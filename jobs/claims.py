@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any, cast
 
 from pydantic_core import from_json
@@ -25,6 +26,7 @@ from jobs import bulk_load
 from jobs.intake import UnitSpec, dedupe_key
 from jobs.keyset import page_rows
 from jobs.kinds import Staged
+from jobs.source_lists import SourceLists
 from models import Item, Job
 
 
@@ -194,11 +196,13 @@ def _verdict(p: object, status: str, smin: float, cmax: float) -> claim_rules.Ve
     return claim_rules.verdict(p, smin, cmax)  # type: ignore[arg-type]
 
 
-def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]:
-    """One mode's result of a claim, from its item's row (`_RESULT_COLUMNS`)."""
+def _mode_result(
+    cutoffs: tuple[float, float], row: ResultRow, output: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One mode's result of a claim, from its item's row (`_RESULT_COLUMNS`) and its output as written
+    (its sources back in place)."""
     smin, cmax = cutoffs
-    in_query, output_text, status, error = row[6:]
-    output = None if output_text is None else from_json(output_text)
+    in_query, _output_text, status, error = row[6:]
     o = output or {}
     p = o.get("p")
     usage = item_usage_of(output)
@@ -217,7 +221,32 @@ def _mode_result(cutoffs: tuple[float, float], row: ResultRow) -> dict[str, Any]
     }
 
 
-def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[int, int], ClaimResult]]:
+def decoded(output_text: str | None) -> dict[str, Any] | None:
+    """An output column's JSON text as a dict (the same values `json.loads` gives), None for none."""
+    return None if output_text is None else cast("dict[str, Any]", from_json(output_text))
+
+
+# Rows decoded, and their source lists loaded, this many at a time: one query for a chunk's lists.
+_CHUNK = 1_000
+
+
+def _outputs(
+    session: Session, job: Job, rows: Iterable[ResultRow]
+) -> Iterator[tuple[ResultRow, dict[str, Any] | None]]:
+    """Each row with its output decoded and its sources back in place (checks/claim_sources.py): the lists
+    a chunk of rows names are read in one query, by the job's id (the job was read for its tenant)."""
+    lists = SourceLists(session, job.id)
+    it = iter(rows)
+    while chunk := list(islice(it, _CHUNK)):
+        outputs = [decoded(row[7]) for row in chunk]
+        lists.load(outputs)
+        for row, output in zip(chunk, outputs, strict=True):
+            yield row, None if output is None else lists.join(output)
+
+
+def _group_results(
+    session: Session, job: Job, rows: Iterable[ResultRow]
+) -> Iterator[tuple[tuple[int, int], ClaimResult]]:
     """One result line per claim (all modes merged: a claim's modes have consecutive positions), each
     with the (position, id) of its last item: the keyset cursor that resumes after it. Every line is
     validated by its contract (`ClaimResult`) as it is built: pydantic-core does so in ~5 µs, a sixth of a
@@ -227,13 +256,13 @@ def _group_results(job: Job, rows: Iterable[ResultRow]) -> Iterator[tuple[tuple[
     claim_rules.validate_cutoffs(smin, cmax)  # once, for `_verdict`
     current: dict[str, Any] | None = None
     cursor = (-1, -1)
-    for row in rows:
+    for row, output in _outputs(session, job, rows):
         pos, item_id, custom_id, mode, claim, label = row[:6]
         if current is None or current["custom_id"] != custom_id:
             if current is not None:
                 yield cursor, ClaimResult.model_validate(current)
             current = {"custom_id": custom_id, "claim": claim, "label": label, "results": {}}
-        current["results"][mode] = _mode_result((smin, cmax), row)
+        current["results"][mode] = _mode_result((smin, cmax), row, output)
         cursor = (pos, item_id)
     if current is not None:
         yield cursor, ClaimResult.model_validate(current)
@@ -250,7 +279,7 @@ def iter_claim_results(session: Session, job: Job) -> Iterator[ClaimResult]:
     # Closed explicitly: a client that stops reading closes this generator mid-way, and a server-side
     # cursor dropped without close() leaks until the connection is reset.
     try:
-        for _cursor, record in _group_results(job, cast("Iterable[ResultRow]", rows)):
+        for _cursor, record in _group_results(session, job, cast("Iterable[ResultRow]", rows)):
             yield record
     finally:
         rows.close()
@@ -265,7 +294,7 @@ def claim_results_page(
     The page's last claim is always left for the next page (unless it is the page's only one), so a
     claim whose modes continue past the page is never split."""
     rows = page_rows(session, job.id, _RESULT_COLUMNS, after=after, limit=limit)
-    records = list(_group_results(job, cast("list[ResultRow]", rows)))
+    records = list(_group_results(session, job, cast("list[ResultRow]", rows)))
     if len(records) > 1:
         # The page may end inside a claim (its window or limit cut it); the next page starts with it.
         records.pop()
@@ -285,7 +314,7 @@ def claim_results_of(
         .order_by(Item.position)
     ).all()
     last = max((int(r[0]) for r in rows), default=None)
-    records = [record for _cursor, record in _group_results(job, cast("list[ResultRow]", rows))]
+    records = [record for _cursor, record in _group_results(session, job, cast("list[ResultRow]", rows))]
     return records, last
 
 

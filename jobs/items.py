@@ -40,12 +40,14 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from jobs.clock import after, uses_database_clock
 from jobs.records import CallRow, ClaimedItem
-from models import ApiCall, Item, Job, utcnow
+from jobs.source_lists import INSERT_CTE_SQL, sources_apart, store_sources
+from models import ApiCall, Item, Job, SourceList, utcnow
 from models.base import UTCDateTime
 
 CANCELLED_ERROR = "job cancelled"
@@ -73,6 +75,7 @@ _LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling
 _ITEMS = cast(Table, Item.__table__)
 _CALLS = cast(Table, ApiCall.__table__)
 _JOBS = cast(Table, Job.__table__)
+_SOURCES = cast(Table, SourceList.__table__)
 _LIVE_JOB_T = exists().where(
     _JOBS.c.id == _ITEMS.c.job_id, _JOBS.c.status.not_in(("cancelling", "cancelled"))
 )
@@ -139,14 +142,25 @@ _CALL_COLUMNS = (
     "created_at",
 )
 # `_SETTLE` with the try's call rows inserted by a CTE, by number of rows (usually 1; at most the client's
-# attempts per call times the calls of one item).
-_SETTLE_WITH_CALLS: dict[int, Update] = {}
+# attempts per call times the calls of one item) and whether a claim's source list is stored with it.
+_SETTLE_WITH_CALLS: dict[tuple[int, bool], Update] = {}
+# A claim's source list stored for its job unless there already (jobs/source_lists.py), as a CTE.
+_SOURCES_CTE = (
+    postgresql.insert(_SOURCES)
+    .values(
+        job_id=bindparam("src_job", type_=_SOURCES.c.job_id.type),
+        digest=bindparam("src_digest", type_=_SOURCES.c.digest.type),
+        sources=bindparam("src_sources", type_=_SOURCES.c.sources.type),
+    )
+    .on_conflict_do_nothing()
+)
 
 
-def _settle_with_calls(n: int) -> Update:
-    """One statement that inserts `n` call rows and settles the item: Postgres runs a data-modifying CTE
-    exactly once, whether or not the UPDATE matches, so the calls are kept even when the lease was lost."""
-    statement = _SETTLE_WITH_CALLS.get(n)
+def _settle_with_calls(n: int, sources: bool = False) -> Update:
+    """One statement that inserts `n` call rows (and the claim's source list, if `sources`) and settles the
+    item: Postgres runs a data-modifying CTE exactly once, whether or not the UPDATE matches, so the calls
+    are kept even when the lease was lost (and a list stored then is only a list no output names yet)."""
+    statement = _SETTLE_WITH_CALLS.get((n, sources))
     if statement is None:
         # One single-row INSERT per call: a multi-row VALUES has no cache key (it would compile every time).
         inserts = [
@@ -155,7 +169,10 @@ def _settle_with_calls(n: int) -> Update:
             .cte(f"call_{i}")
             for i in range(n)
         ]
-        statement = _SETTLE_WITH_CALLS[n] = _SETTLE.add_cte(*inserts)
+        if sources:
+            inserts.append(_SOURCES_CTE.cte("src"))
+        statement = _SETTLE.add_cte(*inserts) if inserts else _SETTLE
+        _SETTLE_WITH_CALLS[(n, sources)] = statement
     return statement
 
 
@@ -177,19 +194,23 @@ _SETTLE_SQL = (
     "lease_until = NULL, finished_at = %(at)s "
     "WHERE id = %(item_id)s AND status = 'running' AND attempts = %(token)s"
 )
-_SETTLE_SQL_WITH_CALLS: dict[int, str] = {}
+_SETTLE_SQL_WITH_CALLS: dict[tuple[int, bool], str] = {}
 
 
-def _settle_sql(n: int) -> str:
-    """`_SETTLE_SQL` with `n` call rows inserted by data-modifying CTEs (see `_settle_with_calls`)."""
-    sql = _SETTLE_SQL_WITH_CALLS.get(n)
+def _settle_sql(n: int, sources: bool = False) -> str:
+    """`_SETTLE_SQL` with `n` call rows (and the claim's source list, if `sources`) inserted by
+    data-modifying CTEs (see `_settle_with_calls`)."""
+    sql = _SETTLE_SQL_WITH_CALLS.get((n, sources))
     if sql is None:
-        ctes = ", ".join(
+        ctes = [
             f"call_{i} AS (INSERT INTO api_calls ({', '.join(_CALL_COLUMNS)}) "  # noqa: S608 - fixed names
             f"VALUES ({', '.join(f'%({c}_{i})s' for c in _CALL_COLUMNS)}))"
             for i in range(n)
-        )
-        sql = _SETTLE_SQL_WITH_CALLS[n] = f"WITH {ctes} {_SETTLE_SQL}" if n else _SETTLE_SQL
+        ]
+        if sources:
+            ctes.append(INSERT_CTE_SQL)
+        sql = f"WITH {', '.join(ctes)} {_SETTLE_SQL}" if ctes else _SETTLE_SQL
+        _SETTLE_SQL_WITH_CALLS[(n, sources)] = sql
     return sql
 
 
@@ -502,8 +523,13 @@ def _settle(
 def finish_item(
     session: Session, item: ClaimedItem, output: dict[str, Any], calls: Sequence[CallRow] = ()
 ) -> bool:
-    """Store a result. False when the lease was lost (the result is discarded, the calls are kept)."""
+    """Store a result. False when the lease was lost (the result is discarded, the calls are kept). A
+    claim's sources are stored once for its job and its output names them (jobs/source_lists.py)."""
     record_calls(session, item, calls)
+    split = sources_apart(item.stage, output)
+    if split is not None:
+        store_sources(session, item.job_id, split)
+        output = split.output
     out = {**output, "usage": _usage_after(session, item, calls).as_dict()}
     return _settle(session, item, status="done", output=out, error=None)
 
@@ -541,20 +567,26 @@ def _settle_at_once(
     if not settles_at_once(dialect.name, item):
         raise ValueError(f"item {item.id} cannot settle in one statement")
     now = utcnow()
+    split = sources_apart(item.stage, output)
     params: dict[str, Any] = {
         "item_id": item.id,
         "token": item.token,
         "to_status": status,
-        "to_output": {**output, "usage": usage_of_rows(calls).as_dict()},
+        "to_output": {**(output if split is None else split.output), "usage": usage_of_rows(calls).as_dict()},
         "to_error": error,
         "at": now,
     }
     for i, row in enumerate(_call_values(item, calls, now)):
         params.update({f"{name}_{i}": value for name, value in row.items()})
+    if split is not None:
+        params.update(src_job=item.job_id, src_digest=uuid.UUID(hex=split.ref), src_sources=split.sources)
     if _driver_level(session):
         params["to_output"] = Jsonb(params["to_output"])
-        return _on_driver(cast(Connection, session), _settle_sql(len(calls)), params).rowcount > 0
-    result = session.execute(_settle_with_calls(len(calls)) if calls else _SETTLE, params)
+        if split is not None:
+            params["src_sources"] = Jsonb(split.sources)
+        sql = _settle_sql(len(calls), split is not None)
+        return _on_driver(cast(Connection, session), sql, params).rowcount > 0
+    result = session.execute(_settle_with_calls(len(calls), split is not None), params)
     return bool(getattr(result, "rowcount", 0))
 
 

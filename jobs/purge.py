@@ -4,16 +4,20 @@ Why batched DELETEs and not partitions: a job's rows are spread over `items`, `a
 `webhook_deliveries` and `intake_rows`, and what goes is chosen per job (a delete, a tenant's retention), not
 per time range. Partitioning `items` by job or by month would make every index and the scheduler's partial
 indexes per partition, turn the foreign keys into per-partition ones, and still not give "drop this job";
-detaching a partition would only pay for itself with thousands of jobs per partition ending together. So
+detaching a partition would only pay for itself with thousands of jobs per partition ending together.
+Measured (bench/purge_design.py, docs/architecture.md): dropping a 1,000,000-item job's partitions takes
+2.4 s and no WAL against 39 s and 1.3 GB here, but its DROP locks the referenced tables (a small job's write
+deadlocked with it once), and a per-tenant retention or a delete still needs these batches. So
 the purge deletes `PURGE_BATCH` rows per statement and per transaction (each a short lock on those rows
 only, never on the table), keyed by the indexes reads already use (`ix_api_calls_job`, `ix_items_job_status`,
 `ix_webhook_deliveries_job`, `ix_intake_rows_job`), and a small job starting meanwhile waits on nothing.
 
 Order, per job: its `api_calls` rows first, each batch rolled up into `usage_days` in the statement that
 deletes it (so usage is counted once, never zero and never twice: jobs/usage.py reads both); then its items
-(children with their question, through the foreign key), webhook deliveries (their attempts cascade) and
-staged rows; then the job row (deleted jobs, and purged ones whose row has outlived another retention
-period) or `purged_at` (a job past its retention, whose row and summary stay).
+(children with their question, through the foreign key), its claims' source lists (jobs/source_lists.py),
+webhook deliveries (their attempts cascade) and staged rows; then the job row (deleted jobs, and purged
+ones whose row has outlived another retention period) or `purged_at` (a job past its retention, whose row
+and summary stay).
 
 A deleted job is gone for its tenant at once: every read filters `deleted_at` (jobs/queries.py), so the
 rows left for the purge are invisible. Every step re-reads the job, so a purge that loses a race (a job
@@ -34,7 +38,7 @@ from jobs.bulk_load import drop_staged_batch
 from jobs.control import JobStateError, cancel_job
 from jobs.retention import Retention
 from jobs.tenancy import TenantNotFoundError
-from models import ApiToken, Job, JobStatus, Tenant, WebhookDelivery, WebSession, utcnow
+from models import ApiToken, Job, JobStatus, SourceList, Tenant, WebhookDelivery, WebSession, utcnow
 from models.jobs import PURGE_PENDING_SQL
 
 PURGE_BATCH = 10_000
@@ -117,6 +121,15 @@ def _delete_items(session: Session, job_id: uuid.UUID, limit: int) -> int:
     return int(cast("CursorResult[Any]", result).rowcount)
 
 
+def _delete_source_lists(session: Session, job_id: uuid.UUID, limit: int) -> int:
+    """Up to `limit` of the job's source lists (its claims' sources, stored once per list)."""
+    batch = select(SourceList.digest).where(SourceList.job_id == job_id).limit(limit)
+    result = session.execute(
+        delete(SourceList).where(SourceList.job_id == job_id, SourceList.digest.in_(batch.scalar_subquery()))
+    )
+    return int(cast("CursorResult[Any]", result).rowcount)
+
+
 def purge_step(session: Session, job_id: uuid.UUID, limit: int = PURGE_BATCH) -> int:
     """One bounded step of purging a deleted or expired job, in the caller's transaction; returns the rows
     it removed (0: the job is done — its row gone or marked purged — or is not to be purged)."""
@@ -129,6 +142,10 @@ def purge_step(session: Session, job_id: uuid.UUID, limit: int = PURGE_BATCH) ->
     if moved:
         return moved
     gone = _delete_items(session, job_id, limit)
+    if gone:
+        return gone
+    # After the items: an output names its list until its item is gone.
+    gone = _delete_source_lists(session, job_id, limit)
     if gone:
         return gone
     gone = int(

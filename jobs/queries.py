@@ -11,6 +11,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, defer
 
 from jobs.keyset import page_rows
+from jobs.source_lists import SourceLists
 from models import ApiCall, Item, Job
 
 
@@ -105,7 +106,8 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
                     "stage": item.stage,
                     "status": item.status,
                     "input": item.input,
-                    "output": item.output,
+                    # A claim's sources back in place (jobs/source_lists.py), by its own job's id.
+                    "output": SourceLists(session, item.job_id).joined(item.output),
                     "error": item.error,
                 },
             )

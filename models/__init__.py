@@ -16,6 +16,7 @@ from models.jobs import (
     ApiCall,
     Item,
     Job,
+    SourceList,
     UsageDay,
     intake_rows,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "ItemStatus",
     "Job",
     "JobStatus",
+    "SourceList",
     "Stage",
     "Tenant",
     "UsageDay",

@@ -142,6 +142,19 @@ class UsageDay(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class SourceList(Base):
+    """A grounded claim's search sources, once per job and list (checks/claim_sources.py): an item's output
+    names its list by `src_ref`, the digest here, and readers put the list back in its place. Claims of one
+    job whose searches found the same pages stored the same ~950 bytes per item before (migration 0012).
+    Read only with the job's id, which reads take from the tenant's own job; purged with the job's items."""
+
+    __tablename__ = "source_lists"
+
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    digest: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    sources: Mapped[list[Any]] = mapped_column(JSONType)
+
+
 class Item(Base):
     """One unit of upstream work: a claim in one mode, an answer sentence, a search result, ...
 

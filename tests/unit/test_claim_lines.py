@@ -8,7 +8,7 @@ import json
 import pytest
 
 from checks import claims as claim_rules
-from jobs.claims import _mode_result, _verdict
+from jobs.claims import _mode_result, _verdict, decoded
 from web.exports import gc_paused
 
 
@@ -33,10 +33,10 @@ def test_a_mode_result_reads_the_output_text_as_the_json_module_does() -> None:
     source = {"title": "é \u2028", "url": "https://x", "date": None, "snippet": "s"}
     output = {"p": 1e-05, "request_id": "r1", "request_ids": ["r1"], "input_tokens": 420, "sources": [source]}
     row = (0, 1, "c1", "grounded", "a claim", True, True, json.dumps(output), "done", None)
-    got = _mode_result((0.8, 0.2), row)
+    got = _mode_result((0.8, 0.2), row, decoded(row[7]))
     assert got["p"] == 1e-05 and got["verdict"] == "contradicted" and got["sources"] == output["sources"]
     assert got["in_query"] is True and got["request_ids"] == ["r1"] and got["error"] is None
-    pending = _mode_result((0.8, 0.2), (2, 3, "c2", "grounded", "x", None, None, None, "pending", None))
+    pending = _mode_result((0.8, 0.2), (2, 3, "c2", "grounded", "x", None, None, None, "pending", None), None)
     assert pending["p"] is None and pending["verdict"] is None and pending["sources"] == []
 
 
