@@ -114,6 +114,10 @@ class Settings:
     retention_days: int = 30
     retention_max_days: int = 365
     purge_interval_s: float = 300.0
+    # After each purge batch the purge rests this many times as long as the batch took (at most 5 s), so a
+    # long purge takes at most about 1/(1 + ratio) of one Postgres backend and of the WAL's bandwidth, and
+    # other tenants' commits do not queue behind its stream of deletes (0: no rest).
+    purge_pause_ratio: float = 1.0
 
     # Web.
     secret_key: str | None = field(default=None, repr=False)
@@ -246,6 +250,7 @@ class Settings:
             retention_days=_int(e, "FACTGATE_RETENTION_DAYS", 30),
             retention_max_days=_int(e, "FACTGATE_RETENTION_MAX_DAYS", 365),
             purge_interval_s=_float(e, "FACTGATE_PURGE_INTERVAL_S", 300.0),
+            purge_pause_ratio=_float(e, "FACTGATE_PURGE_PAUSE_RATIO", 1.0),
             secret_key=_str(e, "FACTGATE_SECRET_KEY"),
             encryption_keys=tuple(
                 k.strip() for k in (_str(e, "FACTGATE_ENCRYPTION_KEYS") or "").split(",") if k.strip()

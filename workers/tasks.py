@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -231,16 +232,35 @@ def finish_cancel(job_id: str) -> None:
     _finish_cancel(_ctx(), uuid.UUID(job_id))
 
 
-def purge_job(ctx: WorkerContext, job_id: uuid.UUID) -> int:
+PURGE_PAUSE_MAX_S = 5.0
+
+
+def purge_job(
+    ctx: WorkerContext,
+    job_id: uuid.UUID,
+    *,
+    pause: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
     """Purge one deleted or expired job in batches of jobs/purge.py:PURGE_BATCH rows, each its own short
-    transaction; returns the rows removed."""
+    transaction; returns the rows removed.
+
+    Between batches it rests `purge_pause_ratio` times as long as the batch took (FACTGATE_PURGE_PAUSE_RATIO,
+    docs/architecture.md "Purge"): a million-item purge writes over a gigabyte of WAL, and back to back its
+    deletes kept one backend and the WAL busy the whole time, so a small commit of another tenant queued
+    behind them. Resting in proportion to the batch's own time bounds the purge's share whatever the
+    machine's speed; it only makes the purge longer, never holds a lock while resting."""
     removed = 0
+    ratio = max(0.0, ctx.settings.purge_pause_ratio)
     while True:
+        started = clock()
         with session_scope(ctx.sessions) as session:
             step = purge_step(session, job_id)
         if not step:
             return removed
         removed += step
+        if ratio:
+            pause(min(PURGE_PAUSE_MAX_S, (clock() - started) * ratio))
 
 
 @shared_task(name="factgate.purge", ignore_result=True)
