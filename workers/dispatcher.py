@@ -69,6 +69,7 @@ from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
 from jobs.sweeper import redrive_abandoned
 from models import session_scope, utcnow
+from workers.api import DEFAULT_QUEUE
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
 from workers.leases import (
@@ -80,6 +81,7 @@ from workers.leases import (
     silent_hosts,
 )
 from workers.limiter import scope_for, with_headroom
+from workers.windows import Window
 
 log = logging.getLogger("factgate.workers")
 
@@ -313,10 +315,11 @@ class Dispatcher:
         self.term = 0  # this reign's term, carried by every message it sends
         self._valid_until = 0.0  # monotonic: until then the lock cannot have expired
         # An item task returns nothing anyone reads: its outcome is in the database. Storing it cost a
-        # GET, a SET and a PUBLISH per item. The Redis backend joins a chord from the header's own
-        # returns (its chord counter), so there the results need not be stored (`ignore_result`); the
-        # in-memory backend of embedded mode joins by reading each stored result, so there they must be.
+        # GET, a SET and a PUBLISH per item. On Redis a window joins on its own counter (workers/windows.py),
+        # so there the results need not be stored (`ignore_result`); the in-memory backend of embedded
+        # mode joins a chord by reading each stored result, so there they must be.
         self._redis_backend = isinstance(app.backend, RedisBackend)
+        self._template: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -724,18 +727,14 @@ class Dispatcher:
     def _send_chord(self, job_id: uuid.UUID, window: list[Ready], producer: Any = None) -> None:
         """One chord per window: the items, then `after_window` with the questions they belong to.
 
-        On Redis the chord is sent as its parts: the chord's size for the backend's counter, then each item
-        task carrying the body, its group and its place in it — what `chord()` sends there, since the Redis
-        backend's `apply_chord` stores nothing for plain tasks. `chord()` itself costs almost twice as much
-        per item (it builds a group, freezes every signature and subscribes to every task's result, which
-        item tasks never store) and does not pass a producer on, so its messages could not join the tick's
-        batch. Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
-        body = self.app.signature(
-            "factgate.after_window",
-            args=(str(job_id), sorted({r.parent_id for r in window if r.parent_id is not None})),
-            immutable=True,
-        )
+        On Redis the join is the window's own counter (workers/windows.py), not Celery's chord: each item
+        message carries the window's key and size with the body's arguments, and the last item to return
+        sends the body. The messages are built here from one template (`_publish_item`): `send_task` per
+        item routed, repr'd, signalled and validated the same message over again (8 % of a worker's CPU at
+        the ceiling). Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
+        questions = sorted({r.parent_id for r in window if r.parent_id is not None})
         if not self._redis_backend:
+            body = self.app.signature("factgate.after_window", args=(str(job_id), questions), immutable=True)
             chord(
                 [
                     self.app.signature(
@@ -745,21 +744,47 @@ class Dispatcher:
                 ]
             )(body)
             return
-        group_id = str(uuid.uuid4())
-        self.app.backend.set_chord_size(group_id, len(window))
-        for index, r in enumerate(window):
-            self.app.send_task(
-                "factgate.run_item",
-                args=(r.id,),
-                kwargs={"epoch": self.term},  # the reign's term: a worker refuses an older one
-                group_id=group_id,
-                group_index=index,
-                # The chord's body, as Celery's own group sends it (celery-types says `chord`).
-                chord=body,  # type: ignore[arg-type]
-                ignore_result=True,
-                producer=producer,
-                add_to_parent=False,
-            )
+        joined = Window.new(job_id, len(window), questions).as_arg()
+        for r in window:
+            self._publish_item(producer, r.id, joined)
+
+    def _item_template(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Headers, body extras and publish options of a `run_item` message, made once by Celery's own
+        message builder (so they follow its protocol) and copied for every item."""
+        if self._template is None:
+            queue = self.app.amqp.queues[DEFAULT_QUEUE]
+            headers, properties, body, _event = self.app.amqp.as_task_v2(
+                "template", "factgate.run_item", args=(0,), kwargs={}, ignore_result=True,
+                origin=self.app.conf.get("origin") or None,
+            )  # fmt: skip
+            # Straight to the queue (the anonymous exchange, as `send_task` routes a direct queue): through
+            # the named exchange kombu's Redis channel looks its bindings up with an SMEMBERS per message,
+            # outside the batch. Nothing to declare: a Redis list needs none, and the workers bind theirs.
+            options = {
+                "exchange": "",
+                "routing_key": queue.name,
+                "serializer": self.app.conf.task_serializer,
+                "delivery_mode": queue.exchange.delivery_mode or 2,
+                "retry": False,  # a failed batch is undone whole by `_send_windows`
+                "reply_to": properties.get("reply_to") or "",
+            }
+            self._template = (headers, body[2], options)
+        return self._template
+
+    def _publish_item(self, producer: Any, item_id: int, joined: list[Any]) -> None:
+        """Publish one `run_item(item_id, epoch=term, window=joined)` message into the tick's batch."""
+        headers, embed, options = self._item_template()
+        task_id = str(uuid.uuid4())
+        args = (item_id,)
+        kwargs = {"epoch": self.term, "window": joined}  # the reign's term: a worker refuses an older one
+        message_headers = {
+            **headers,
+            "id": task_id,
+            "root_id": task_id,
+            "argsrepr": f"({item_id},)",
+            "kwargsrepr": f"{{'epoch': {self.term}}}",
+        }
+        producer.publish((args, kwargs, embed), headers=message_headers, correlation_id=task_id, **options)
 
     # --- what status pages show ------------------------------------------------------------------
 
