@@ -507,6 +507,23 @@ class Dispatcher:
                     self._latency[endpoint] = observed
         self._latency_at = now
 
+    def batch_of(self, endpoint: str, target: int) -> int:
+        """How many free slots a scope waits for before it sends, while it has items in flight.
+
+        A scope with a rate sends whatever is free at every tick (1): its items wait for the limiter anyway
+        and a slot left free starves it (bench/at_limit.py). An unlimited scope (rate 0, a free upstream)
+        is bounded by its in-flight target alone; there each tick's few freed slots made a window of their
+        own (an `after_window`, a window counter, the queries that pick and mark them), so it waits for
+        half the target (bounded by FACTGATE_CHORD_SIZE): at the ceiling (bench/ceiling.py) windows of
+        32 every ~0.1 s instead of 15 every 50 ms, with half the target still in flight meanwhile. With
+        nothing in flight it sends at once, so a lone small job never waits. The fitness fill counts the
+        slots so kept back as full: a leader that sends at the batch is keeping its scope as full as it
+        means to (`_note_fill`).
+        """
+        if self._rate(endpoint) > 0:
+            return 1
+        return max(1, min(self.window, target // 2))
+
     def target(self, endpoint: str) -> int:
         latency = self._latency.get(endpoint, DEFAULT_LATENCY_S)
         return target_in_flight(self._rate(endpoint), latency, self.max_in_flight)
@@ -658,14 +675,17 @@ class Dispatcher:
             target = self.target(endpoint)
             flying = scheduling.in_flight(session, scope, self._lost)
             free = target - flying
-            if free <= 0:
-                self._note_fill(flying, target, backlogged=True)
+            # An unlimited scope sends in batches (`batch_of`): nothing paces it but the in-flight bound,
+            # so topping it up every tick only made many small windows.
+            batch = self.batch_of(endpoint, target)
+            if free <= 0 or (flying > 0 and free < batch):
+                self._note_fill(flying + batch - 1, target, backlogged=True)
                 return 0
             # One more than can be sent: a job that gets every free slot and still has work must not look
             # drained to the policy, or it would leave its round and lose the rest of its quantum (its
             # weight would then count for nothing while slots come one or two at a time).
             ready = scheduling.ready_items(session, [j.id for j in jobs], endpoint, free + 1)
-            self._note_fill(flying, target, backlogged=sum(len(r) for r in ready.values()) > free)
+            self._note_fill(flying + batch - 1, target, backlogged=sum(len(r) for r in ready.values()) > free)
             backlogs = [
                 Backlog(
                     job_id=str(j.id),
