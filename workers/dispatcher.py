@@ -103,6 +103,7 @@ LEAD_S = 1.0
 EXTRA_IN_FLIGHT = 2
 MIN_IN_FLIGHT = 2
 LATENCY_REFRESH_S = 2.0
+QUIET_RECHECK_S = 0.25  # a scope found empty is looked at again after this long (Dispatcher._quiet)
 SCHEDULE_REFRESH_S = 2.0
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
@@ -320,6 +321,12 @@ class Dispatcher:
         # mode joins a chord by reading each stored result, so there they must be.
         self._redis_backend = isinstance(app.backend, RedisBackend)
         self._template: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        # Scopes found with nothing in flight and nothing ready (a claims job has no Agent or Search items):
+        # scope -> (monotonic time to look again, the live jobs then). Looking at each every tick cost two
+        # queries per empty scope, 20 times a second: at the ceiling (bench/ceiling.py) a third of the
+        # dispatcher's CPU. A new job in the scope ends the wait at once; an existing job's new items of
+        # that endpoint (a staged kind's next stage) wait at most QUIET_RECHECK_S.
+        self._quiet: dict[str, tuple[float, frozenset[uuid.UUID]]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -376,6 +383,7 @@ class Dispatcher:
             self.term = term
             self._valid_until = asked + LEADER_TTL_MS / 1000 - FENCE_MARGIN_S
             self._scopes.clear()  # a new reign starts a fresh round
+            self._quiet.clear()
             self._since = asked
             self._fills.clear()
             self._unfit_since = None
@@ -643,6 +651,7 @@ class Dispatcher:
             jobs = scheduling.live_jobs(session)
         if not jobs:
             self._scopes.clear()
+            self._quiet.clear()
             return False
         self._refresh_holds(jobs, now)
         self._refresh_lost(now)
@@ -655,6 +664,10 @@ class Dispatcher:
                 scope = self.scope_of(job, endpoint)
                 by_scope.setdefault(scope, (endpoint, []))[1].append(job)
         for scope, (endpoint, scope_jobs) in by_scope.items():
+            quiet = self._quiet.get(scope)
+            if quiet is not None and now < quiet[0] and quiet[1] == frozenset(j.id for j in scope_jobs):
+                continue  # nothing there at the last look, and no new job since (`_quiet`)
+            self._quiet.pop(scope, None)
             self._dispatch_scope(scope, endpoint, scope_jobs, weights)
         if now - self._schedule_at >= SCHEDULE_REFRESH_S:
             self._write_schedules(jobs, weights)
@@ -664,6 +677,9 @@ class Dispatcher:
         for scope in list(self._scopes):
             if scope not in live_scopes:
                 del self._scopes[scope]
+        for scope in list(self._quiet):
+            if scope not in live_scopes:
+                del self._quiet[scope]
         return True
 
     def _dispatch_scope(
@@ -700,6 +716,8 @@ class Dispatcher:
             slot = self._scopes.setdefault(scope, _Scope())
             slot.last_backlogs = backlogs
             if not backlogs:
+                if flying == 0:
+                    self._quiet[scope] = (time.monotonic() + QUIET_RECHECK_S, frozenset(j.id for j in jobs))
                 return 0
             grant = allocate(backlogs, weights, free, slot.state)
             picks: dict[uuid.UUID, list[Ready]] = {}
