@@ -430,9 +430,20 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     try:
         _run_item(item_id, epoch)
     finally:
-        joined = Window.from_arg(window)
-        if joined is not None:
-            count_part(_ctx().redis, joined, _send_after_window)
+        _count_in_window(window)
+
+
+def _count_in_window(window: Any) -> None:
+    """Count the item in its window (never raises: a failure here must not hide the item's own)."""
+    joined = Window.from_arg(window)
+    if joined is None:
+        return
+    try:
+        rds = _ctx().redis
+    except Exception:
+        log.warning("window %s: no worker context to count it in; the sweep moves it on", joined.key)
+        return
+    count_part(rds, joined, _send_after_window)
 
 
 def _send_after_window(job_id: str, question_ids: list[int]) -> None:

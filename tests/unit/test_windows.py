@@ -47,3 +47,34 @@ def test_redis_away_leaves_the_window_open_without_raising() -> None:
     sent: list[object] = []
     assert count_part(Down(), Window.new(uuid.uuid4(), 1), lambda j, q: sent.append(j)) is False
     assert sent == []
+
+
+def test_run_item_counts_its_window_however_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count happens on the way out of `run_item`, also when the item itself raised; a context that
+    cannot be built skips the count without hiding the item's own error."""
+    from types import SimpleNamespace
+
+    from workers import tasks
+
+    rds = fakeredis.FakeRedis()
+    window = Window.new(uuid.uuid4(), 2)
+    sent: list[str] = []
+    monkeypatch.setattr(tasks, "_ctx", lambda: SimpleNamespace(redis=rds))
+    monkeypatch.setattr(tasks, "_send_after_window", lambda job_id, _q: sent.append(job_id))
+
+    def crash(_item_id: int, _epoch: int | None) -> None:
+        raise RuntimeError("the item crashed")
+
+    monkeypatch.setattr(tasks, "_run_item", lambda _i, _e: None)
+    tasks.run_item.run(1, epoch=None, window=window.as_arg())
+    monkeypatch.setattr(tasks, "_run_item", crash)
+    with pytest.raises(RuntimeError, match="the item crashed"):
+        tasks.run_item.run(2, epoch=None, window=window.as_arg())
+    assert sent == [window.job_id]  # both counted: the window closed
+
+    def no_context() -> object:
+        raise ConnectionError("no context")
+
+    monkeypatch.setattr(tasks, "_ctx", no_context)
+    with pytest.raises(RuntimeError, match="the item crashed"):
+        tasks.run_item.run(3, epoch=None, window=Window.new(uuid.uuid4(), 1).as_arg())
