@@ -33,6 +33,11 @@ from workers.signals import LimiterWaits, record_throttled
 SIMULATOR_BASE = "http://simulator.invalid"
 SIMULATOR_KEY = "simulator-key"
 TENANT_KEY_TTL_S = 30.0
+# How long a worker trusts that an unlimited scope is not blocked by a 429 (`UnlimitedScopes`): another
+# process's block reaches it within this time. At 0.05 s the reads were still a third of the calls at
+# 100 claims/s; an upstream configured as unlimited seldom answers 429, and a call sent into a block it
+# had not seen yet is answered 429 and retried after the block like any other.
+UNLIMITED_CHECK_S = 0.25
 
 _lock = threading.Lock()
 _contexts: dict[int, WorkerContext] = {}
@@ -116,6 +121,37 @@ def _simulator_transport() -> httpx.BaseTransport:
     return httpx.WSGITransport(app=create_app())
 
 
+class UnlimitedScopes:
+    """Whether an unlimited scope (rate 0: no upstream limit configured) is free of a 429's block, read at
+    most every `max_age_s` per scope instead of once per call.
+
+    Such a scope books no slots, so the limiter's script only told whether upstream had blocked it: a Redis
+    round trip per call (4 % of a worker's CPU at the ceiling, bench/ceiling.py). Here the scope's
+    blocked-until is read with Redis' clock and trusted for `max_age_s` by this process's monotonic clock; a
+    block this process sets is seen at once (`forget`), another process's within `max_age_s`. A scope found
+    blocked is not cleared: the caller goes through `acquire`, which waits out the block.
+    """
+
+    def __init__(self, limiter: RateLimiter, max_age_s: float = UNLIMITED_CHECK_S) -> None:
+        self.limiter = limiter
+        self.max_age_s = max_age_s
+        self._seen: dict[str, tuple[float, int]] = {}  # scope -> (monotonic read, µs until it is free)
+
+    def clear(self, scope: str) -> bool:
+        """True when the scope was not blocked at a read under `max_age_s` old and its block (if any) is
+        over by now; reads the scope again when the last read is older."""
+        now = time.monotonic()
+        seen = self._seen.get(scope)
+        if seen is None or now - seen[0] >= self.max_age_s:
+            state = self.limiter.state(scope)
+            seen = (now, max(0, state.blocked_until_us - state.redis_time_us))
+            self._seen[scope] = seen
+        return (now - seen[0]) * 1_000_000 >= seen[1]
+
+    def forget(self, scope: str) -> None:
+        self._seen.pop(scope, None)
+
+
 def make_client(
     settings: Settings,
     key: str | None,
@@ -132,8 +168,13 @@ def make_client(
     """
     scope_key = key
     simulated = settings.perplexity_api_key is None
+    unlimited = UnlimitedScopes(limiter)
 
     def before_attempt(endpoint: str) -> None:
+        rate = with_headroom(rate_for(endpoint), settings.limiter_headroom)
+        if rate <= 0 and unlimited.clear(scope_for(scope_key, endpoint)):
+            waits.record(endpoint, 0.0)
+            return
         try:
             waited = limiter.acquire(
                 scope_for(scope_key, endpoint),
@@ -158,6 +199,7 @@ def make_client(
 
     def on_throttled(endpoint: str, wait_s: float) -> None:
         limiter.block(scope_for(scope_key, endpoint), wait_s)
+        unlimited.forget(scope_for(scope_key, endpoint))
         record_throttled(rds, endpoint)
 
     return PerplexityClient(

@@ -69,6 +69,7 @@ from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
 from jobs.sweeper import redrive_abandoned
 from models import session_scope, utcnow
+from workers.api import DEFAULT_QUEUE
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
 from workers.leases import (
@@ -80,6 +81,7 @@ from workers.leases import (
     silent_hosts,
 )
 from workers.limiter import scope_for, with_headroom
+from workers.windows import Window
 
 log = logging.getLogger("factgate.workers")
 
@@ -101,6 +103,7 @@ LEAD_S = 1.0
 EXTRA_IN_FLIGHT = 2
 MIN_IN_FLIGHT = 2
 LATENCY_REFRESH_S = 2.0
+QUIET_RECHECK_S = 0.25  # a scope found empty is looked at again after this long (Dispatcher._quiet)
 SCHEDULE_REFRESH_S = 2.0
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed (a budget reached mid-run holds work)
 RATE_WINDOW_S = 20.0
@@ -344,10 +347,17 @@ class Dispatcher:
         self.term = 0  # this reign's term, carried by every message it sends
         self._valid_until = 0.0  # monotonic: until then the lock cannot have expired
         # An item task returns nothing anyone reads: its outcome is in the database. Storing it cost a
-        # GET, a SET and a PUBLISH per item. The Redis backend joins a chord from the header's own
-        # returns (its chord counter), so there the results need not be stored (`ignore_result`); the
-        # in-memory backend of embedded mode joins by reading each stored result, so there they must be.
+        # GET, a SET and a PUBLISH per item. On Redis a window joins on its own counter (workers/windows.py),
+        # so there the results need not be stored (`ignore_result`); the in-memory backend of embedded
+        # mode joins a chord by reading each stored result, so there they must be.
         self._redis_backend = isinstance(app.backend, RedisBackend)
+        self._template: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        # Scopes found with nothing in flight and nothing ready (a claims job has no Agent or Search items):
+        # scope -> (monotonic time to look again, the live jobs then). Looking at each every tick cost two
+        # queries per empty scope, 20 times a second: at the ceiling (bench/ceiling.py) a third of the
+        # dispatcher's CPU. A new job in the scope ends the wait at once; an existing job's new items of
+        # that endpoint (a staged kind's next stage) wait at most QUIET_RECHECK_S.
+        self._quiet: dict[str, tuple[float, frozenset[uuid.UUID]]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -404,6 +414,7 @@ class Dispatcher:
             self.term = term
             self._valid_until = asked + LEADER_TTL_MS / 1000 - FENCE_MARGIN_S
             self._scopes.clear()  # a new reign starts a fresh round
+            self._quiet.clear()
             self._since = asked
             self._fills.clear()
             self._unfit_since = None
@@ -535,6 +546,23 @@ class Dispatcher:
                     self._latency[endpoint] = observed
         self._latency_at = now
 
+    def batch_of(self, endpoint: str, target: int) -> int:
+        """How many free slots a scope waits for before it sends, while it has items in flight.
+
+        A scope with a rate sends whatever is free at every tick (1): its items wait for the limiter anyway
+        and a slot left free starves it (bench/at_limit.py). An unlimited scope (rate 0, a free upstream)
+        is bounded by its in-flight target alone; there each tick's few freed slots made a window of their
+        own (an `after_window`, a window counter, the queries that pick and mark them), so it waits for
+        half the target (bounded by FACTGATE_CHORD_SIZE): at the ceiling (bench/ceiling.py) windows of
+        32 every ~0.1 s instead of 15 every 50 ms, with half the target still in flight meanwhile. With
+        nothing in flight it sends at once, so a lone small job never waits. The fitness fill counts the
+        slots so kept back as full: a leader that sends at the batch is keeping its scope as full as it
+        means to (`_note_fill`).
+        """
+        if self._rate(endpoint) > 0:
+            return 1
+        return max(1, min(self.window, target // 2))
+
     def target(self, endpoint: str) -> int:
         latency = self._latency.get(endpoint, DEFAULT_LATENCY_S)
         return target_in_flight(self._rate(endpoint), latency, self.max_in_flight)
@@ -654,6 +682,7 @@ class Dispatcher:
             jobs = scheduling.live_jobs(session)
         if not jobs:
             self._scopes.clear()
+            self._quiet.clear()
             return False
         self._refresh_holds(jobs, now)
         self._refresh_lost(now)
@@ -666,6 +695,10 @@ class Dispatcher:
                 scope = self.scope_of(job, endpoint)
                 by_scope.setdefault(scope, (endpoint, []))[1].append(job)
         for scope, (endpoint, scope_jobs) in by_scope.items():
+            quiet = self._quiet.get(scope)
+            if quiet is not None and now < quiet[0] and quiet[1] == frozenset(j.id for j in scope_jobs):
+                continue  # nothing there at the last look, and no new job since (`_quiet`)
+            self._quiet.pop(scope, None)
             self._dispatch_scope(scope, endpoint, scope_jobs, weights)
         if now - self._schedule_at >= SCHEDULE_REFRESH_S:
             self._write_schedules(jobs, weights)
@@ -675,6 +708,9 @@ class Dispatcher:
         for scope in list(self._scopes):
             if scope not in live_scopes:
                 del self._scopes[scope]
+        for scope in list(self._quiet):
+            if scope not in live_scopes:
+                del self._quiet[scope]
         return True
 
     def _dispatch_scope(
@@ -686,14 +722,17 @@ class Dispatcher:
             target = self.target(endpoint)
             flying = scheduling.in_flight(session, scope, self._lost)
             free = target - flying
-            if free <= 0:
-                self._note_fill(flying, target, backlogged=True)
+            # An unlimited scope sends in batches (`batch_of`): nothing paces it but the in-flight bound,
+            # so topping it up every tick only made many small windows.
+            batch = self.batch_of(endpoint, target)
+            if free <= 0 or (flying > 0 and free < batch):
+                self._note_fill(flying + batch - 1, target, backlogged=True)
                 return 0
             # One more than can be sent: a job that gets every free slot and still has work must not look
             # drained to the policy, or it would leave its round and lose the rest of its quantum (its
             # weight would then count for nothing while slots come one or two at a time).
             ready = scheduling.ready_items(session, [j.id for j in jobs], endpoint, free + 1)
-            self._note_fill(flying, target, backlogged=sum(len(r) for r in ready.values()) > free)
+            self._note_fill(flying + batch - 1, target, backlogged=sum(len(r) for r in ready.values()) > free)
             backlogs = [
                 Backlog(
                     job_id=str(j.id),
@@ -708,6 +747,8 @@ class Dispatcher:
             slot = self._scopes.setdefault(scope, _Scope())
             slot.last_backlogs = backlogs
             if not backlogs:
+                if flying == 0:
+                    self._quiet[scope] = (time.monotonic() + QUIET_RECHECK_S, frozenset(j.id for j in jobs))
                 return 0
             grant = allocate(backlogs, weights, free, slot.state)
             picks: dict[uuid.UUID, list[Ready]] = {}
@@ -755,18 +796,14 @@ class Dispatcher:
     def _send_chord(self, job_id: uuid.UUID, window: list[Ready], producer: Any = None) -> None:
         """One chord per window: the items, then `after_window` with the questions they belong to.
 
-        On Redis the chord is sent as its parts: the chord's size for the backend's counter, then each item
-        task carrying the body, its group and its place in it — what `chord()` sends there, since the Redis
-        backend's `apply_chord` stores nothing for plain tasks. `chord()` itself costs almost twice as much
-        per item (it builds a group, freezes every signature and subscribes to every task's result, which
-        item tasks never store) and does not pass a producer on, so its messages could not join the tick's
-        batch. Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
-        body = self.app.signature(
-            "factgate.after_window",
-            args=(str(job_id), sorted({r.parent_id for r in window if r.parent_id is not None})),
-            immutable=True,
-        )
+        On Redis the join is the window's own counter (workers/windows.py), not Celery's chord: each item
+        message carries the window's key and size with the body's arguments, and the last item to return
+        sends the body. The messages are built here from one template (`_publish_item`): `send_task` per
+        item routed, repr'd, signalled and validated the same message over again (8 % of a worker's CPU at
+        the ceiling). Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
+        questions = sorted({r.parent_id for r in window if r.parent_id is not None})
         if not self._redis_backend:
+            body = self.app.signature("factgate.after_window", args=(str(job_id), questions), immutable=True)
             chord(
                 [
                     self.app.signature(
@@ -776,21 +813,47 @@ class Dispatcher:
                 ]
             )(body)
             return
-        group_id = str(uuid.uuid4())
-        self.app.backend.set_chord_size(group_id, len(window))
-        for index, r in enumerate(window):
-            self.app.send_task(
-                "factgate.run_item",
-                args=(r.id,),
-                kwargs={"epoch": self.term},  # the reign's term: a worker refuses an older one
-                group_id=group_id,
-                group_index=index,
-                # The chord's body, as Celery's own group sends it (celery-types says `chord`).
-                chord=body,  # type: ignore[arg-type]
-                ignore_result=True,
-                producer=producer,
-                add_to_parent=False,
-            )
+        joined = Window.new(job_id, len(window), questions).as_arg()
+        for r in window:
+            self._publish_item(producer, r.id, joined)
+
+    def _item_template(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Headers, body extras and publish options of a `run_item` message, made once by Celery's own
+        message builder (so they follow its protocol) and copied for every item."""
+        if self._template is None:
+            queue = self.app.amqp.queues[DEFAULT_QUEUE]
+            headers, properties, body, _event = self.app.amqp.as_task_v2(
+                "template", "factgate.run_item", args=(0,), kwargs={}, ignore_result=True,
+                origin=self.app.conf.get("origin") or None,
+            )  # fmt: skip
+            # Straight to the queue (the anonymous exchange, as `send_task` routes a direct queue): through
+            # the named exchange kombu's Redis channel looks its bindings up with an SMEMBERS per message,
+            # outside the batch. Nothing to declare: a Redis list needs none, and the workers bind theirs.
+            options = {
+                "exchange": "",
+                "routing_key": queue.name,
+                "serializer": self.app.conf.task_serializer,
+                "delivery_mode": queue.exchange.delivery_mode or 2,
+                "retry": False,  # a failed batch is undone whole by `_send_windows`
+                "reply_to": properties.get("reply_to") or "",
+            }
+            self._template = (headers, body[2], options)
+        return self._template
+
+    def _publish_item(self, producer: Any, item_id: int, joined: list[Any]) -> None:
+        """Publish one `run_item(item_id, epoch=term, window=joined)` message into the tick's batch."""
+        headers, embed, options = self._item_template()
+        task_id = str(uuid.uuid4())
+        args = (item_id,)
+        kwargs = {"epoch": self.term, "window": joined}  # the reign's term: a worker refuses an older one
+        message_headers = {
+            **headers,
+            "id": task_id,
+            "root_id": task_id,
+            "argsrepr": f"({item_id},)",
+            "kwargsrepr": f"{{'epoch': {self.term}}}",
+        }
+        producer.publish((args, kwargs, embed), headers=message_headers, correlation_id=task_id, **options)
 
     # --- what status pages show ------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """How the dispatcher sends (workers/dispatcher.py), against real Postgres and Redis and no worker: one
-producer batch per tick, one chord per job window whose item tasks store no result, and a failed send
-leaves every item of the tick dispatchable again."""
+producer batch per tick, one window per job and FACTGATE_CHORD_SIZE items whose item tasks store no result
+and join on the window's own counter (workers/windows.py), and a failed send leaves every item of the tick
+dispatchable again."""
 
 from __future__ import annotations
 
@@ -92,16 +93,20 @@ def test_a_tick_sends_its_windows_in_one_batch_and_stores_no_item_result(
     assert _dispatched(engine, ids) == [True] * 10
     messages = [json.loads(raw) for raw in rds.lrange("celery", 0, -1)]
     assert len(messages) == 10
-    groups: dict[str, list[int]] = {}
+    windows: dict[str, list[str]] = {}
     for message in messages:
         headers = message["headers"]
         assert headers["task"] == "factgate.run_item" and headers["ignore_result"] is True
-        _args, _kwargs, embed = json.loads(base64.b64decode(message["body"]))
-        assert embed["chord"]["task"] == "factgate.after_window"  # the window's body rides with each item
-        groups.setdefault(headers["group"], []).append(headers["argsrepr"])
-    assert sorted(len(g) for g in groups.values()) == [2, 4, 4]  # windows of FACTGATE_CHORD_SIZE
-    for group_id in groups:
-        assert rds.exists(f"celery-taskset-meta-{group_id}.s")  # the chord's size, for its counter
+        assert headers["group"] is None  # no Celery chord: no per-item chord script on the way out
+        (item_id,), kwargs, embed = json.loads(base64.b64decode(message["body"]))
+        assert embed["chord"] is None  # the body does not ride in every message's headers
+        assert kwargs["epoch"] == dispatcher.term and headers["argsrepr"] == f"({item_id},)"
+        key, size, job_id, question_ids = kwargs["window"]  # the window's own join (workers/windows.py)
+        assert len(windows.setdefault(key, [])) < size and question_ids == []
+        windows[key].append(job_id)
+    assert sorted(len(w) for w in windows.values()) == [2, 4, 4]  # windows of FACTGATE_CHORD_SIZE
+    assert len({job for w in windows.values() for job in w}) == 1  # one job's windows
+    assert len({m["headers"]["id"] for m in messages}) == 10  # every message its own task id
     dispatcher.stop()
 
 

@@ -3,20 +3,24 @@ recorded and items are settled by hand), so what it decides can be counted exact
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select, update
 
 from config import Settings
+from jobs import scheduling
 from jobs.intake import UnitSpec, create_job
 from jobs.scheduling import Ready
 from jobs.tenancy import get_or_create_tenant, set_tenant
 from models import Item, session_scope, utcnow
 from models.db import make_session_factory
 from tests.integration.stack import fresh_database
+from workers import dispatcher as dispatcher_module
 from workers.app import make_celery
 from workers.context import build_context
 from workers.dispatcher import Dispatcher
@@ -46,10 +50,12 @@ def _job(engine: Engine, tenant: str, n: int, *, weight: float = 1.0, priority: 
 
 
 class Harness:
-    """A dispatcher whose sends are recorded; `settle_one` finishes the oldest item in flight."""
+    """A dispatcher whose sends are recorded; `settle_one` finishes the oldest item in flight. A test that
+    ticks by hand renews the lock first (`lead()`), as the loop does: a tick over 1.5 s after the last
+    renewal sends nothing (`still_leading`)."""
 
-    def __init__(self, url: str, in_flight: int) -> None:
-        settings = Settings(database_url=url)
+    def __init__(self, url: str, in_flight: int, decisions_rps: float = 10.0) -> None:
+        settings = Settings(database_url=url, decisions_rps=decisions_rps)
         self.ctx = build_context(settings)
         self.sent: list[uuid.UUID] = []
         self.dispatcher = Dispatcher(self.ctx, make_celery(settings, with_tasks=False), send=self._record)
@@ -99,6 +105,78 @@ def test_weights_hold_when_slots_free_up_one_at_a_time(db: tuple[str, Engine]) -
     shares = {name: counts[job] / len(window) for name, job in jobs.items()}
     assert shares["a"] == pytest.approx(0.25, abs=0.02) and shares["b"] == pytest.approx(0.25, abs=0.02)
     assert shares["c"] == pytest.approx(0.50, abs=0.02)
+
+
+@pytest.mark.parametrize(("rps", "batch"), [(0.0, 4), (10.0, 1)])
+def test_an_unlimited_scope_sends_in_batches_and_a_rated_one_at_every_free_slot(
+    db: tuple[str, Engine], rps: float, batch: int
+) -> None:
+    """Unlimited (a free upstream): the scope waits for half its target before it sends again, so windows
+    are few and large; with a rate every freed slot is filled at the next tick (the limiter must never
+    find nobody waiting)."""
+    url, engine = db
+    job = _job(engine, "big", 40)
+    harness = Harness(url, in_flight=8, decisions_rps=rps)
+    try:
+        assert harness.dispatcher.lead() and harness.dispatcher.tick()
+        assert len(harness.sent) == 8  # nothing in flight: the first fill goes at once, whole
+        for settled in range(1, 6):
+            harness.settle_one()
+            assert harness.dispatcher.lead() and harness.dispatcher.tick()
+            # Sent once `batch` slots are free, then waiting for `batch` more.
+            assert len(harness.sent) == 8 + (settled // batch) * batch
+        assert harness.dispatcher.batch_of("decisions", 8) == batch
+        assert set(harness.sent) == {job}
+    finally:
+        harness.close()
+
+
+def test_a_lone_small_job_is_sent_at_once_on_an_unlimited_scope(db: tuple[str, Engine]) -> None:
+    url, engine = db
+    small = _job(engine, "small", 3)  # fewer than the batch: with nothing in flight it need not wait
+    harness = Harness(url, in_flight=64, decisions_rps=0.0)
+    try:
+        assert harness.dispatcher.lead() and harness.dispatcher.tick()
+        assert harness.sent == [small] * 3
+    finally:
+        harness.close()
+
+
+def test_an_empty_scope_is_looked_at_again_only_later_or_for_a_new_job(
+    db: tuple[str, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claims job has no Agent or Search items: those scopes are read once, then left alone for
+    QUIET_RECHECK_S — unless a new job arrives, which is looked for at once."""
+    url, engine = db
+    _job(engine, "a", 40)
+    harness = Harness(url, in_flight=8)
+    asked: list[str] = []
+    real = scheduling.ready_items
+
+    def ready_items(session: Any, job_ids: Any, endpoint: str, cap: int, now: Any = None) -> Any:
+        asked.append(endpoint)
+        return real(session, job_ids, endpoint, cap, now)
+
+    monkeypatch.setattr(scheduling, "ready_items", ready_items)
+    try:
+        assert harness.dispatcher.lead() and harness.dispatcher.tick()
+        assert sorted(asked) == ["agent", "decisions", "search"]
+        asked.clear()
+        harness.settle_one()
+        assert harness.dispatcher.lead() and harness.dispatcher.tick()
+        assert asked == ["decisions"]  # the empty scopes wait
+        _job(engine, "b", 3)
+        asked.clear()
+        harness.settle_one()
+        assert harness.dispatcher.lead() and harness.dispatcher.tick()
+        assert sorted(asked) == ["agent", "decisions", "search"]  # a new job: every scope looked at
+        asked.clear()
+        time.sleep(dispatcher_module.QUIET_RECHECK_S)
+        harness.settle_one()
+        assert harness.dispatcher.lead() and harness.dispatcher.tick()
+        assert sorted(asked) == ["agent", "decisions", "search"]  # looked at again once the wait is over
+    finally:
+        harness.close()
 
 
 def test_the_in_flight_bound_holds_and_a_new_job_is_served_at_the_next_free_slot(
