@@ -84,11 +84,14 @@ class Fair:
     def tenant(self, name: str) -> str:
         return f"{name}-{self.token}"
 
-    def calls_in_order(self) -> list[uuid.UUID]:
-        """The job of every upstream attempt since the test began, in the order they were recorded."""
+    def calls_in_order(self, *, answered_only: bool = False) -> list[uuid.UUID]:
+        """The job of every upstream attempt since the test began, in the order they were recorded (with
+        `answered_only`, the 429s left out: their items' answered calls are in the list, later)."""
+        query = select(ApiCall.job_id).where(ApiCall.id > self.first_call).order_by(ApiCall.id)
+        if answered_only:
+            query = query.where(ApiCall.status_code.is_distinct_from(429))
         with Session(self.stack.engine) as s:
-            rows = s.execute(select(ApiCall.job_id).where(ApiCall.id > self.first_call).order_by(ApiCall.id))
-            return [jid for (jid,) in rows]
+            return [jid for (jid,) in s.execute(query)]
 
     def end(self, job_id: uuid.UUID) -> None:
         """Cancel a backlog whose part in the test is over (its last calls would only take time) and wait
@@ -153,11 +156,16 @@ def test_a_small_job_of_another_tenant_does_not_wait_for_a_big_backlog(fair: Fai
         big_status = s.scalar(select(Job.status).where(Job.id == big))
     assert done_small.status == "completed"
     assert big_status == "in_progress" and big_left > 100  # the small job did not wait for the backlog
-    # It took every other freed slot (two tenants, equal weights): its 10 calls lie within the calls already
-    # in flight when it arrived plus twice its own size.
-    order = fair.calls_in_order()
+    # It took every other freed slot (two tenants, equal weights): its 10 answered calls lie within the calls
+    # already in flight when it arrived plus twice its own size. The in-process simulator, starved of CPU by
+    # a loaded suite, can count a request late and answer a stray 429 (bench/at_limit.py runs it at real-time
+    # priority for that reason); the item is sent again after the pause, so each 429 may put one more
+    # pipeline of calls between the first answer and the last.
+    order = fair.calls_in_order(answered_only=True)
     mine = [n for n, job in enumerate(order) if job == small]
-    assert len(mine) == 10 and mine[-1] - mine[0] <= PIPELINE + 2 * 10 + 4, (mine, f"429s {fair.throttled()}")
+    throttled = fair.throttled()
+    assert len(mine) == 10, (mine, f"429s {throttled}")
+    assert mine[-1] - mine[0] <= PIPELINE + 2 * 10 + 4 + PIPELINE * throttled, (mine, f"429s {throttled}")
     fair.end(big)
 
 
