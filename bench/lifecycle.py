@@ -11,7 +11,9 @@ Three figures, each against its goal:
 3. a purge: `DELETE /v1/jobs/{id}` of that cancelled million-item job is timed, and a 3-claim job is
    submitted right after, timed to its start (`started_at` set: goal ≤ 1 s) and to `completed` while the
    purge runs, against the same small job before it (the ratio is the purge's cost to others), then the
-   time until the job's rows are gone. From the DELETE until then another client polls the small job's
+   time until the job's rows are gone, and the tenant's `/v1/usage` totals with the small job done while
+   the purge runs and again once it is over (they must be equal: the calls are rolled up before they go).
+   From the DELETE until then another client polls the small job's
    status (`GET /v1/jobs/{id}`, every 50 ms): its p50 and p99 against the goal (p99 ≤ 50 ms), beside the
    same poll before the purge and after it (as long again: on a shared machine the other load sets much
    of the tail, and the poll after the purge tells it apart from the purge's).
@@ -232,6 +234,16 @@ def main() -> None:
                     f"{c['failed']:,} failed of {c['total']:,}")  # fmt: skip
 
                 say("3. purge of that job while a small job starts")
+
+                def usage() -> dict[str, Any]:
+                    """The tenant's /v1/usage totals (requests, searches, tokens, cost): what billing reads."""
+                    body = client.get("/v1/usage").json()
+                    return {
+                        k: body[k]
+                        for k in ("requests", "searches", "input_tokens", "output_tokens", "cost_usd")
+                    }
+
+                usage_before = usage()
                 poller = Poller(web, auth).start()
                 t0 = time.monotonic()
                 r = client.delete(f"/v1/jobs/{jid}")
@@ -248,8 +260,12 @@ def main() -> None:
                 say(f"  small job during the purge{'' if purging else ' (the purge had already ended)'}: "
                     f"started in {start:.2f} s, ratio to goal ({GOAL_START_S:.0f} s) {start / GOAL_START_S:.2f}; "
                     f"completed in {during:.2f} s (alone {baseline:.2f} s, ratio {during / baseline:.2f})")  # fmt: skip
+                # Read once the small job is done and while the purge still runs: it counts the small job's
+                # calls too, so the figure after the purge must equal it exactly.
+                usage_during = usage()
                 wait("purged", gone)
                 purged_s = time.monotonic() - t0
+                usage_after = usage()
                 polls = poller.stop()
                 # The same poll for as long again once the purge is over: what the machine's other load
                 # costs, apart from the purge's.
@@ -265,6 +281,10 @@ def main() -> None:
                     f"{p99 / GOAL_POLL_P99_MS:.2f}")  # fmt: skip
                 say(f"  status poll of the small job after the purge, as long again: {percentiles(after_ms)} "
                     f"(load {psutil.getloadavg()[0]:.1f})")  # fmt: skip
+                say(f"  /v1/usage before the DELETE {usage_before}")
+                say(f"  /v1/usage with the small job, purge running {usage_during}")
+                say(f"  /v1/usage after the purge {usage_after}: "
+                    f"{'equal' if usage_after == usage_during else 'DIFFERENT'} (goal: equal)")  # fmt: skip
         finally:
             procs.stop()
             engine.dispose()
