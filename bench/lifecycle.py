@@ -236,12 +236,14 @@ def main() -> None:
                 say("3. purge of that job while a small job starts")
 
                 def usage() -> dict[str, Any]:
-                    """The tenant's /v1/usage totals (requests, searches, tokens, cost): what billing reads."""
-                    body = client.get("/v1/usage").json()
-                    return {
-                        k: body[k]
-                        for k in ("requests", "searches", "input_tokens", "output_tokens", "cost_usd")
-                    }
+                    """The tenant's /v1/usage (totals, and per day by endpoint and model): what billing reads."""
+                    body: dict[str, Any] = client.get("/v1/usage").json()
+                    return {"totals": body["totals"], "daily": body["daily"]}
+
+                def brief(u: dict[str, Any]) -> str:
+                    t = u["totals"]
+                    return (f"{t['requests']:,} requests, {t['searches']:,} searches, "
+                            f"{t['input_tokens']:,}+{t['output_tokens']:,} tokens, ${t['cost_usd']}")  # fmt: skip
 
                 usage_before = usage()
                 poller = Poller(web, auth).start()
@@ -281,10 +283,10 @@ def main() -> None:
                     f"{p99 / GOAL_POLL_P99_MS:.2f}")  # fmt: skip
                 say(f"  status poll of the small job after the purge, as long again: {percentiles(after_ms)} "
                     f"(load {psutil.getloadavg()[0]:.1f})")  # fmt: skip
-                say(f"  /v1/usage before the DELETE {usage_before}")
-                say(f"  /v1/usage with the small job, purge running {usage_during}")
-                say(f"  /v1/usage after the purge {usage_after}: "
-                    f"{'equal' if usage_after == usage_during else 'DIFFERENT'} (goal: equal)")  # fmt: skip
+                say(f"  /v1/usage before the DELETE: {brief(usage_before)}")
+                say(f"  /v1/usage with the small job done, purge running: {brief(usage_during)}")
+                say(f"  /v1/usage after the purge: {brief(usage_after)}; totals and every day's figures by "
+                    f"endpoint and model {'equal' if usage_after == usage_during else 'DIFFERENT'} (goal: equal)")  # fmt: skip
         finally:
             procs.stop()
             engine.dispose()
