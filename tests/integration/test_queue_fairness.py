@@ -205,10 +205,15 @@ def test_interactive_work_overtakes_its_own_tenants_batch(fair: Fair) -> None:
     assert stack.wait_job(interactive, timeout=60).status == "completed"
     # Interactive took ~9 of every 10 of the tenant's freed slots: its 20 calls lie within what was in flight
     # when it arrived plus 20 / 0.9; batch still got the odd slot.
-    order = fair.calls_in_order()
+    # As in the small-job test: a loaded suite's simulator can answer a stray 429, whose item is sent again
+    # after the pause (a CI run saw 21 calls for 20 items), so the order read is of answered calls and each
+    # 429 may put one more pipeline into the span.
+    order = fair.calls_in_order(answered_only=True)
     mine = [n for n, job in enumerate(order) if job == interactive]
     span = order[mine[0] : mine[-1] + 1]
-    assert len(mine) == 20 and len(span) <= PIPELINE + 23 + 4, Counter(span)
+    throttled = fair.throttled()
+    assert len(mine) == 20, (Counter(span), f"429s {throttled}")
+    assert len(span) <= PIPELINE + 23 + 4 + PIPELINE * throttled, (Counter(span), f"429s {throttled}")
     assert span.count(batch) >= 1  # batch is slowed, never starved
     with Session(stack.engine) as s:
         assert s.scalar(select(Job.status).where(Job.id == batch)) == "in_progress"
