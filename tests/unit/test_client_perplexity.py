@@ -903,3 +903,64 @@ def test_the_default_transport_reports_after_arrival() -> None:
         assert isinstance(client._http._transport._pool._network_backend, wire_ack.AckingBackend)  # type: ignore[attr-defined]
     finally:
         client.close()
+
+
+# --- the POST itself (PerplexityClient._post, past httpx.Client's per-request machinery) -----------------
+
+
+def test_each_post_carries_the_clients_headers_and_no_cookie_it_was_given() -> None:
+    # A Set-Cookie from the upstream is not kept: the key authenticates every request, not a session.
+    h = Harness(
+        httpx.Response(200, json=ok_decision(), headers={**rid(1), "set-cookie": "lb=node-7; Path=/"}),
+        httpx.Response(200, json=ok_decision(), headers=rid(2)),
+    )
+    with h.client() as client:
+        client.decide(claim_body())
+        client.decide(claim_body(), timeout=7.5)
+    first, second = h.requests
+    for request in (first, second):
+        assert request.method == "POST" and str(request.url) == f"{BASE}/v1/decisions"
+        assert request.headers["authorization"] == f"Bearer {KEY}"
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers["user-agent"].startswith("factgate/")
+        assert "cookie" not in request.headers
+    assert first.extensions["timeout"] == httpx.Timeout(30.0).as_dict()
+    assert second.extensions["timeout"] == httpx.Timeout(7.5).as_dict()
+
+
+def test_a_proxy_the_environment_names_carries_the_posts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What httpx.Client.send would have done per request (its mounts for HTTP_PROXY and the like), the
+    # client settles once per endpoint: a deployment behind an egress proxy keeps working.
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # the stdlib handler names its methods so
+            seen.append(self.path)  # absolute-form: the proxy is told where the request goes
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps(ok_decision(0.9)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        with PerplexityClient("http://api.example.test", KEY, sleep=lambda _s: None) as client:
+            decision = client.decide(claim_body())
+        assert seen == ["http://api.example.test/v1/decisions"]
+        assert decision.answers["is_true"].noul == 0.9
+    finally:
+        server.shutdown()
+        server.server_close()
