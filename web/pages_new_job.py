@@ -33,6 +33,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN
 from checks.fairness import PRIORITIES
+from checks.kinds.citations import REVIEWS, CitationsOptions
 from checks.ndjson import MAX_ERRORS_KEPT
 from checks.options import CLAIMS_MODES
 from checks.recipes import Recipe, recipe_for
@@ -58,15 +59,24 @@ MIMETYPES = {
     "application/json": "json",
     "text/csv": "csv",
 }
-# The options the form offers (the model keeps each kind's default). Which apply is the kind's recipe's to
-# say (`Recipe.option_names`): an option the kind does not take is not sent, since a browser without script
-# submits every group.
-FORM_OPTIONS = ("mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url")
-# The form's option groups (fieldset id → the options it holds); a group is shown for the kinds taking them.
-OPTION_GROUPS = {
-    "claims-options": ("mode", "supported_min", "contradicted_max"),
-    "common-options": ("priority",),
+# The form's option groups: fieldset id → {form field: the option it sets}. A group is shown for the kinds
+# whose recipe (`Recipe.option_names`) takes all its options, and only those kinds are sent its fields, since
+# a browser without script submits every group. Two kinds with a cutoff of the same name and another
+# meaning (claims' and citations' `supported_min`) each have a field of their own: citations' fields carry
+# the prefix `citations_`. The model keeps each kind's default.
+CITATION_CUTOFFS = ("supported_min", "weak_min", "contradicted_min", "checkable_min")
+OPTION_GROUPS: dict[str, dict[str, str]] = {
+    "claims-options": {name: name for name in ("mode", "supported_min", "contradicted_max")},
+    "citations-options": {
+        f"citations_{name}": name for name in (*CITATION_CUTOFFS, "misattribution", "review")
+    },
+    "common-options": {"priority": "priority"},
 }
+# Fields outside any group's rule: every kind takes them (they sit in the common fieldset).
+UNGROUPED = {"budget_usd": "budget_usd", "webhook_url": "webhook_url"}
+# Every option field of the form, in the order it shows them.
+FORM_OPTIONS = (*OPTION_GROUPS["claims-options"], *OPTION_GROUPS["citations-options"], "budget_usd",
+                "priority", "webhook_url")  # fmt: skip
 MAX_NAME_CHARS = 200
 JSON_FILE_FIELDS = ("items", "metadata")
 SNIFF_BYTES = 4096
@@ -207,10 +217,17 @@ class FormError:
 
 
 MAX_DETAILS = 10
+_CITATIONS = CitationsOptions()
 DEFAULTS = {
     "mode": "grounded",
     "supported_min": f"{SUPPORTED_MIN:g}",
     "contradicted_max": f"{CONTRADICTED_MAX:g}",
+    "citations_supported_min": f"{_CITATIONS.supported_min:g}",
+    "citations_weak_min": f"{_CITATIONS.weak_min:g}",
+    "citations_contradicted_min": f"{_CITATIONS.contradicted_min:g}",
+    "citations_checkable_min": f"{_CITATIONS.checkable_min:g}",
+    "citations_misattribution": "true" if _CITATIONS.misattribution else "false",
+    "citations_review": _CITATIONS.review,
     "priority": "batch",
 }
 
@@ -254,7 +271,8 @@ def _file_format(upload: FileStorage) -> str:
 def _upload(state: FormState) -> tuple[Upload, str]:
     """The submission and the id of the control its rows came from (`file` or `paste`)."""
     chosen = request.files.get("file")
-    options = {k: v for k, v in state.options.items() if k in _sent_options(state.kind)}
+    fields = _sent_fields(state.kind)
+    options = {fields[k]: v for k, v in state.options.items() if k in fields}
     metadata: dict[str, Any] = {"name": state.name} if state.name else {}
     if chosen is not None and chosen.filename:
         state.filename = chosen.filename[:MAX_NAME_CHARS]
@@ -266,17 +284,21 @@ def _upload(state: FormState) -> tuple[Upload, str]:
     raise invalid("choose a file, or paste a few rows into the box", field="file")
 
 
-def _target(exc: ApiError, source: str) -> str:
-    """The control an error is about: an option's field, the kind, or else the rows' file or paste box."""
+def _target(exc: ApiError, source: str, kind: str) -> str:
+    """The control an error is about: the kind's field for an option, the kind, or else the rows' file or
+    paste box."""
     name = (exc.field or "").removeprefix("options.")
-    if name in FORM_OPTIONS or name == "kind":
+    if name == "kind":
         return name
+    for form_field, option in _sent_fields(kind).items():
+        if option == name:
+            return form_field
     if name == "metadata":
         return "name"
     return source
 
 
-def _form_error(exc: ApiError, source: str) -> FormError:
+def _form_error(exc: ApiError, source: str, kind: str) -> FormError:
     """Every problem the intake listed (row errors: one per line and field), else its one message."""
     problems = [str(e["message"]) for e in (exc.errors or []) if e.get("message")] or [exc.message]
     more = ""
@@ -284,27 +306,28 @@ def _form_error(exc: ApiError, source: str) -> FormError:
         extra = len(problems) - MAX_DETAILS
         # Intake keeps the first MAX_ERRORS_KEPT problems and counts the rest in its message.
         more = f"and {'at least ' if len(problems) >= MAX_ERRORS_KEPT else ''}{extra:,} more"
-    return FormError(problems[:MAX_DETAILS], _target(exc, source), more)
+    return FormError(problems[:MAX_DETAILS], _target(exc, source, kind), more)
 
 
-def _sent_options(kind: str) -> frozenset[str]:
-    """The form options a kind is sent: those its recipe takes, less any of a group not shown for it. A
-    kind whose recipe shares an option's name with another kind's group (citations' `supported_min`,
-    claims' field) must not be sent that group's value: it is another kind's cutoff, with its default."""
+def _sent_fields(kind: str) -> dict[str, str]:
+    """The form fields a kind is sent (form field → option): the ungrouped ones its recipe takes and every
+    field of the groups shown for it. A group not shown for the kind is never sent, even where its option
+    names are the kind's too: claims' `supported_min` is another kind's cutoff, with another default."""
     if kind not in KINDS:
-        return frozenset()
-    taken = set(recipe_for(kind).option_names)
-    for names in OPTION_GROUPS.values():
-        if not set(names) <= taken:
-            taken -= set(names)
-    return frozenset(taken)
+        return {}
+    taken = recipe_for(kind).option_names
+    fields = {f: option for f, option in UNGROUPED.items() if option in taken}
+    for group in OPTION_GROUPS.values():
+        if set(group.values()) <= taken:
+            fields.update(group)
+    return fields
 
 
 def _option_groups(recipes: list[Recipe]) -> dict[str, str]:
     """Each option group's `data-kinds`: the kinds (space-separated) whose recipes take its options."""
     return {
-        group: " ".join(r.name for r in recipes if set(names) <= r.option_names)
-        for group, names in OPTION_GROUPS.items()
+        group: " ".join(r.name for r in recipes if set(fields.values()) <= r.option_names)
+        for group, fields in OPTION_GROUPS.items()
     }
 
 
@@ -316,6 +339,7 @@ def _render(state: FormState, error: FormError | None, status: int) -> tuple[str
         kinds=[recipe_for(k) for k in KINDS],
         groups=_option_groups([recipe_for(k) for k in KINDS]),
         modes=CLAIMS_MODES,
+        reviews=REVIEWS,
         priorities=PRIORITIES,
         defaults=DEFAULTS,
     ), status
@@ -332,7 +356,7 @@ def new_job() -> BaseResponse | tuple[str, int]:
         job = submit_upload(upload, current_tenant(), settings())
     except ApiError as exc:
         db_session().rollback()
-        return _render(state, _form_error(exc, source), exc.status)
+        return _render(state, _form_error(exc, source, state.kind), exc.status)
     except QuotaExceeded as exc:
         db_session().rollback()
         status = 413 if exc.quota == "max_items_per_job" else 429

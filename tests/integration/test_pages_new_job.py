@@ -172,6 +172,50 @@ def test_citations_from_the_form_keep_their_own_cutoffs_and_refuse_a_csv(web: We
     assert "NDJSON or JSON" in refused.get_data(as_text=True)
 
 
+TEA = json.dumps(
+    {"id": "a1", "answer": "Tea began in China [1].", "sources": [{"id": "1", "text": "Tea began in China."}]}
+).encode()
+CUTOFFS = ("supported_min", "weak_min", "contradicted_min", "checkable_min")
+
+
+def test_citations_options_from_their_own_group(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    form = web.client.get("/jobs/new").get_data(as_text=True)
+    # The group is shown for citations alone; each field starts at the option's default.
+    assert 'id="citations-options" data-kinds="citations"' in form
+    for name, default in zip(CUTOFFS, ("0.7", "0.4", "0.6", "0.5"), strict=True):
+        assert re.search(rf'id="citations_{name}" name="citations_{name}"[^>]* value="{default}"', form), name
+    typed = dict(zip(CUTOFFS, ("0.8", "0.3", "0.55", "0.45"), strict=True))
+    fields = {f"citations_{name}": value for name, value in typed.items()}
+    resp = post_form(
+        web.client, csrf, file=(TEA, "answers.jsonl"), kind="citations", supported_min="0.9",
+        citations_misattribution="false", citations_review="agent", **fields,
+    )  # fmt: skip
+    job = web.job(created_job(web, resp))
+    assert job.kind == "citations"
+    assert {name: job.options[name] for name in CUTOFFS} == {k: float(v) for k, v in typed.items()}
+    assert (job.options["misattribution"], job.options["review"]) == (False, "agent")
+    # A claims job is never sent the citations group (a browser without script submits it too).
+    resp = post_form(web.client, csrf, file=(CLAIMS_NDJSON, "c.ndjson"), citations_supported_min="0.1")
+    claims = web.job(created_job(web, resp))
+    assert "weak_min" not in claims.options and claims.options["supported_min"] != 0.1
+
+
+def test_a_bad_citations_option_points_at_its_own_field(web: WebEnv, caller: Caller) -> None:
+    csrf = signed_in(web, caller)
+    before = web.table_counts()
+    resp = post_form(
+        web.client, csrf, file=(TEA, "answers.jsonl"), kind="citations",
+        citations_supported_min="0.3", citations_weak_min="0.5",
+    )  # fmt: skip
+    page = refused(web, resp)
+    assert '<a href="#citations_weak_min">' in page
+    assert 'aria-describedby="citations_weak_min-hint citations_weak_min-error" aria-invalid="true"' in page
+    assert re.search(r'id="citations_weak_min"[^>]* value="0.5"', page)  # what the user typed comes back
+    assert '<a href="#weak_min">' not in page and '<a href="#supported_min">' not in page
+    assert web.table_counts() == before
+
+
 def test_a_json_object_file_brings_items_and_metadata_but_not_kind(web: WebEnv, caller: Caller) -> None:
     csrf = signed_in(web, caller)
     body = {

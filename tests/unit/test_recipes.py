@@ -84,9 +84,14 @@ def test_the_new_job_page_and_csv_bodies_read_the_recipes() -> None:
     from checks.csv_rows import csv_columns
     from web.pages_new_job import OPTION_GROUPS, _option_groups
 
-    recipes = [recipe_for(k) for k in ("claims", "answer", "quote")]
-    assert _option_groups(recipes) == {"claims-options": "claims", "common-options": "claims answer quote"}
-    assert set(OPTION_GROUPS["claims-options"]) <= recipes[0].option_names
+    recipes = [recipe_for(k) for k in ("claims", "answer", "quote", "citations")]
+    assert _option_groups(recipes) == {
+        "claims-options": "claims",
+        "citations-options": "citations",
+        "common-options": "claims answer quote citations",
+    }
+    assert set(OPTION_GROUPS["claims-options"].values()) <= recipes[0].option_names
+    assert set(OPTION_GROUPS["citations-options"].values()) <= recipes[3].option_names
     assert csv_columns("claims") == (("id", "claim"), ("id", "claim", "label", "kind", "source"))
     assert csv_columns("quote")[0] == ("id", "question")
     for recipe in recipes:
