@@ -74,9 +74,8 @@ OPTION_GROUPS: dict[str, dict[str, str]] = {
 }
 # Fields outside any group's rule: every kind takes them (they sit in the common fieldset).
 UNGROUPED = {"budget_usd": "budget_usd", "webhook_url": "webhook_url"}
-# Every option field of the form, in the order it shows them.
-FORM_OPTIONS = (*OPTION_GROUPS["claims-options"], *OPTION_GROUPS["citations-options"], "budget_usd",
-                "priority", "webhook_url")  # fmt: skip
+# Every option field of the form.
+FORM_OPTIONS = tuple(f for fields in (*OPTION_GROUPS.values(), UNGROUPED) for f in fields)
 MAX_NAME_CHARS = 200
 JSON_FILE_FIELDS = ("items", "metadata")
 SNIFF_BYTES = 4096
