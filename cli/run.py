@@ -15,7 +15,6 @@ import click
 from rich.console import Console
 
 from cli.errors import EXIT_INTERRUPTED, CliError
-from cli.interrupts import interrupt_flag
 from cli.progress import wait_for_job
 from cli.render import SIMULATED_NOTE
 from cli.report import write_local_report
@@ -48,19 +47,12 @@ def wait(target: Target, job: dict[str, Any], *, resume_hint: str) -> dict[str, 
     job_id = str(job["id"])
     interval = LOCAL_POLL_S if target.local else REMOTE_POLL_S
     try:
-        with interrupt_flag() as interrupted:
-
-            def fetch() -> dict[str, Any]:
-                if interrupted.is_set():
-                    raise KeyboardInterrupt  # here, between polls (cli/interrupts.py says why)
-                return target.client.job(job_id)
-
-            def nap(seconds: float) -> None:
-                interrupted.wait(seconds)  # a Ctrl-C ends the nap at once
-
-            return wait_for_job(
-                fetch, label=f"{job['kind']} job", console=stderr_console(), interval=interval, sleep=nap
-            )
+        return wait_for_job(
+            lambda: target.client.job(job_id),
+            label=f"{job['kind']} job",
+            console=stderr_console(),
+            interval=interval,
+        )
     except KeyboardInterrupt:
         if target.local and target.worker is not None:
             click.echo(

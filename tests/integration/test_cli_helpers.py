@@ -27,6 +27,30 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 FACTGATE = str(Path(sys.executable).with_name("factgate"))
 EXAMPLE_CLAIMS = ROOT / "examples" / "claims.jsonl"
+# A command typed at a terminal has SIGINT at its default, however the suite was started. A suite started in
+# the background of a script (bash: an asynchronous command ignores SIGINT) hands SIG_IGN down to every child,
+# and Python leaves an inherited SIG_IGN alone, so Ctrl-C would do nothing: `as_typed` puts the default back,
+# then execs the command.
+_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def as_typed(argv: list[str]) -> list[str]:
+    """`argv` run as a terminal runs it: with SIGINT at its default (see above)."""
+    return [sys.executable, "-c", _DEFAULT_SIGINT, *argv]
+
+
+def ignores_sigint(pid: int) -> bool:
+    """True when the process ignores SIGINT (Linux: its `SigIgn` mask in /proc)."""
+    status = Path(f"/proc/{pid}/status")
+    for line in status.read_text().splitlines() if status.exists() else []:
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
 # What a fresh machine has: none of factgate's service settings and no key.
 SERVICE_VARS = (
     "DATABASE_URL",
