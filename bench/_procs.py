@@ -58,6 +58,22 @@ def fresh_database() -> Iterator[str]:
         admin.dispose()
 
 
+def python_speed_s(additions: int = 10_000_000) -> float:
+    """CPU seconds a fixed pure-Python loop takes in this process, now: the machine's speed, printed beside CPU
+    figures so that runs can be compared.
+
+    Why: on this shared 2-core VM the same code's CPU per claim moved by up to 40 % between consecutive
+    runs of bench/ceiling.py (3.3 and 4.7 ms in the workers, with every other process's share moving the
+    same way), and a loop like this one from 0.79 to 0.99 s within a day: the CPU time itself inflates when
+    the host is busy, so a figure far from its goal on a slow moment is not a regression by itself.
+    """
+    started = time.process_time()
+    total = 0
+    for i in range(additions):
+        total += i
+    return time.process_time() - started
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and its reaped children, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -43,6 +43,7 @@ from bench._procs import (
     free_port,
     fresh_database,
     pids_matching,
+    python_speed_s,
     redis_server_pid,
     tree_cpu_seconds,
 )
@@ -164,6 +165,7 @@ def main() -> None:
                 pids["redis"] = redis_pid
             db_name = db_url.rsplit("/", 1)[-1]
             postgres = CpuSampler(lambda: pids_matching(f" {db_name} "))
+            speed_before = python_speed_s()  # the stack is up and idle
             load_before = _load()
             cpu0 = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
             if args.py_spy:
@@ -214,6 +216,10 @@ def main() -> None:
         "simulator unlimited, no latency, fixed answers (--engine fake)"
     )
     print(f"  load average          {load_before} before, {load_after} after (2 cores, shared)")
+    print(
+        f"  machine speed         a 10M-addition Python loop took {speed_before:.2f} s of CPU before the run, "
+        f"{python_speed_s():.2f} s after (more seconds: a slower moment, and every CPU figure is higher)"
+    )
     print(f"  job status            {status['status']}  {status.get('request_counts', {})}")
     print(f"  submit → 202          {t_accepted:.2f} s")
     print(f"  submit → completed    {elapsed:.2f} s")
