@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from jobs.tenancy import create_token
 from models import session_scope
@@ -55,10 +55,41 @@ def require_chromium() -> str:
     raise AssertionError("unreachable")
 
 
+_BODY = "factgate.e2e.body"
+
+
+class _ClosingHandler(WSGIRequestHandler):
+    """werkzeug's development server, closing the response when the browser drops the connection.
+
+    Why: its `execute` drains the request socket in a `finally` before it calls the response's `close()`,
+    so a client that hangs up meanwhile (Chromium giving up on a favicon it no longer wants) skips the
+    close; the response's open file is left to the garbage collector, and its ResourceWarning fails
+    whichever test it lands in (filterwarnings = error), as `test_sign_in_with_the_keyboard_alone` once
+    did. The app's own responses are closed by every production server (gunicorn, waitress).
+    """
+
+    def connection_dropped(self, error: BaseException, environ: Any = None) -> None:
+        body = environ.pop(_BODY, None) if environ is not None else None
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()  # a second close (the normal path ran it already) does nothing
+
+
+def _keeping_body(app: Flask) -> Any:
+    """The app, leaving each response in its environ for `_ClosingHandler`."""
+
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        body = app(environ, start_response)
+        environ[_BODY] = body
+        return body
+
+    return wsgi
+
+
 @contextmanager
 def serve(app: Flask) -> Iterator[str]:
     """The app on 127.0.0.1 (a free port) in a thread; yields its base URL."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    server = make_server("127.0.0.1", 0, _keeping_body(app), threaded=True, request_handler=_ClosingHandler)
     thread = threading.Thread(target=server.serve_forever, name="e2e-server", daemon=True)
     thread.start()
     try:
