@@ -64,8 +64,9 @@ def python_speed_s(additions: int = 10_000_000) -> float:
 
     Why: on this shared 2-core VM the same code's CPU per claim moved by up to 40 % between consecutive
     runs of bench/ceiling.py (3.3 and 4.7 ms in the workers, with every other process's share moving the
-    same way), and a loop like this one from 0.79 to 0.99 s within a day: the CPU time itself inflates when
-    the host is busy, so a figure far from its goal on a slow moment is not a regression by itself.
+    same way), and this loop from 0.28 to 0.50 s within an hour, in step with them: the CPU time itself
+    inflates when the host is busy, so a figure far from its goal on a slow moment is not a regression by
+    itself.
     """
     started = time.process_time()
     total = 0
