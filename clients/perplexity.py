@@ -3,8 +3,8 @@
 Every call: serialise the body once, ask the rate limiter for a slot (`before_attempt`),
 POST, and either return a validated answer or decide — through `clients.retry` — whether to
 wait and try again. Each POST becomes an `AttemptRecord`; the call returns (or raises) with a
-`CallRecord` holding all of them. One `httpx.Client` per instance keeps connections alive;
-it is safe to share between the threads of one worker.
+`CallRecord` holding all of them. Connections are kept alive, in one pool per thread that uses
+the instance; it is safe to share between the threads of one worker.
 
 Upstream text enters here and in the validators, and both pass it through `clients.sanitize`:
 the validators clean the answer's fields, this module each attempt's `x-request-id` and error
@@ -18,7 +18,9 @@ import logging
 import os
 import random
 import re
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from importlib import metadata
@@ -249,39 +251,79 @@ class PerplexityClient:
         self._before_attempt = before_attempt
         self._before_send = before_send
         self._on_throttled = on_throttled
-        if transport is None and before_send is not None:
-            transport = acking_transport()
+        # Without a given transport, httpx's own one (with the arrival wait when there is a gate) is made
+        # per thread: see `_transport`.
+        own_transport = transport is None
+        if own_transport and before_send is not None:
             arrival = arrival or await_arrival
         self._arrival = arrival
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock
         self._random = random
-        self._http = httpx.Client(
-            base_url=base,
-            headers={
-                "Authorization": f"Bearer {key}",
-                "User-Agent": user_agent,
-                "Accept": "application/json",
-                "Content-Type": "application/json",
-            },
-            timeout=timeout,
-            transport=transport,
-            follow_redirects=False,
-        )
+        headers = {
+            "Authorization": f"Bearer {key}",
+            "User-Agent": user_agent,
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+        }
+
+        def http_client() -> httpx.Client:
+            return httpx.Client(
+                base_url=base,
+                headers=headers,
+                timeout=timeout,
+                transport=acking_transport() if own_transport and before_send is not None else transport,
+                follow_redirects=False,
+            )
+
+        self._http_client = http_client
+        self._http = http_client()
         # Each endpoint's URL merged with the base once: merging a relative path parses it again on every
         # request (2 % of a worker's CPU at the ceiling, bench/ceiling.py).
         self._urls = {
             endpoint: self._http.build_request("POST", path).url for endpoint, path in PATHS.items()
         }
         # Each endpoint's transport (a proxy the environment names for it included), its request headers
-        # (ours and httpx's defaults) and the default timeout, settled once for `_post`.
-        self._transports = {
-            endpoint: self._http._transport_for_url(url)  # private: what Client.send picks per request
-            for endpoint, url in self._urls.items()
-        }
+        # (ours and httpx's defaults) and the default timeout, settled once for `_post`. A given transport
+        # is shared by every thread; httpx's own is made once per thread (`_transport`).
+        self._shared = None if own_transport else self._endpoint_transports(self._http)
+        self._local = threading.local()
+        self._per_thread: list[tuple[weakref.ref[threading.Thread], httpx.Client]] = []
+        self._per_thread_lock = threading.Lock()
         self._headers = self._http.headers
         self._timeouts = self._http.timeout.as_dict()
+
+    def _endpoint_transports(self, http: httpx.Client) -> dict[str, httpx.BaseTransport]:
+        return {
+            endpoint: http._transport_for_url(url)  # private: what Client.send picks per request
+            for endpoint, url in self._urls.items()
+        }
+
+    def _transport(self, endpoint: str) -> httpx.BaseTransport:
+        """The transport this thread sends `endpoint`'s POSTs through.
+
+        Why one pool per thread: httpcore's pool looks over every connection it keeps twice per request
+        (is it closed, expired, idle — the last a `poll` of its socket), under one lock. Shared by a
+        worker's 16 threads it kept up to 16 connections, so each request paid about 14 `poll` calls and a
+        quadratic count of idle checks, and the threads queued for the lock. A thread's own pool holds the
+        one connection that thread uses; the number of connections is the same (one per busy thread)."""
+        if self._shared is not None:
+            return self._shared[endpoint]
+        transports: dict[str, httpx.BaseTransport] | None = getattr(self._local, "transports", None)
+        if transports is None:
+            http = self._http_client()
+            with self._per_thread_lock:
+                if self._http.is_closed:
+                    http.close()
+                    raise RuntimeError("Cannot send a request, as the client has been closed.")
+                # Pools of threads that ended are closed here, so short-lived threads leak nothing.
+                for ref, old in [(r, c) for r, c in self._per_thread if not _alive(r())]:
+                    old.close()
+                    self._per_thread.remove((ref, old))
+                self._per_thread.append((weakref.ref(threading.current_thread()), http))
+            transports = self._local.transports = self._endpoint_transports(http)
+        return transports[endpoint]
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> PerplexityClient:
@@ -294,7 +336,11 @@ class PerplexityClient:
         return f"PerplexityClient(base_url={self.base_url!r}, max_retries={self.policy.max_retries})"
 
     def close(self) -> None:
-        self._http.close()
+        with self._per_thread_lock:
+            self._http.close()
+            for _ref, http in self._per_thread:
+                http.close()
+            self._per_thread.clear()
 
     def __enter__(self) -> PerplexityClient:
         return self
@@ -466,7 +512,7 @@ class PerplexityClient:
         request = httpx.Request(
             "POST", self._urls[endpoint], headers=self._headers, content=content, extensions=extensions
         )
-        response = self._transports[endpoint].handle_request(request)
+        response = self._transport(endpoint).handle_request(request)
         response.request = request
         try:
             response.read()
@@ -497,6 +543,10 @@ class PerplexityClient:
             last.latency_s,
             f" error={last.error}" if last.error else "",
         )
+
+
+def _alive(thread: threading.Thread | None) -> bool:
+    return thread is not None and thread.is_alive()
 
 
 def held(wire: _Wire | None) -> float:

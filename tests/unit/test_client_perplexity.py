@@ -964,3 +964,55 @@ def test_a_proxy_the_environment_names_carries_the_posts(monkeypatch: pytest.Mon
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_each_thread_keeps_its_own_connection_and_close_ends_them_all() -> None:
+    # httpx's own transport is made once per thread (PerplexityClient._transport): a thread's requests reuse
+    # its one connection, another thread has its own, a thread that ended gives its pool back, and close()
+    # closes every pool.
+    import http.server
+    import threading
+
+    ports: list[int] = []
+
+    class Upstream(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the real API
+
+        def do_POST(self) -> None:  # the stdlib handler names its methods so
+            ports.append(self.client_address[1])
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps(ok_decision(0.9)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        client = PerplexityClient(f"http://127.0.0.1:{server.server_port}", KEY, max_retries=0)
+        client.decide(claim_body())
+        client.decide(claim_body())
+        other = threading.Thread(target=lambda: (client.decide(claim_body()), client.decide(claim_body())))
+        other.start()
+        other.join()
+        assert ports[0] == ports[1] and ports[2] == ports[3]  # each thread reuses its connection
+        assert ports[0] != ports[2]  # ... and the threads do not share one
+        assert len(client._per_thread) == 2
+        late = threading.Thread(target=lambda: client.decide(claim_body()))
+        late.start()
+        late.join()
+        assert len(client._per_thread) == 2  # the ended thread's pool was closed when this one's was made
+        pools = [http for _ref, http in client._per_thread]
+        client.close()
+        assert all(http.is_closed for http in pools)
+        with pytest.raises(RuntimeError, match="closed"):
+            client.decide(claim_body())
+    finally:
+        server.shutdown()
+        server.server_close()

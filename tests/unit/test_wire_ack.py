@@ -167,3 +167,52 @@ def test_httpx_default_transport_gets_the_acking_backend() -> None:
     finally:
         transport.close()
     assert isinstance(transport, httpx.HTTPTransport)
+
+
+class Reading(Stream):
+    """A stream that answers one canned HTTP response and counts the writes that reached it."""
+
+    def __init__(self, sock: object, answer: bytes) -> None:
+        super().__init__(sock)
+        self.answer = answer
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        chunk, self.answer = self.answer[:max_bytes], self.answer[max_bytes:]
+        return chunk
+
+
+def test_a_request_goes_out_in_one_write_before_its_response_is_read() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    inner = Reading(object(), answer)
+
+    class One(httpcore.NetworkBackend):
+        def connect_tcp(self, *args: object, **kwargs: object) -> httpcore.NetworkStream:
+            return inner
+
+    pool = httpcore.ConnectionPool(network_backend=AckingBackend(One()))
+    response = pool.request("POST", "http://upstream.test/v1/decisions", content=b'{"a":1}')
+    assert response.status == 200 and response.content == b"{}"
+    assert len(inner.written) == 1  # headers and body in one write, not two
+    assert inner.written[0].startswith(b"POST /v1/decisions HTTP/1.1\r\n")
+    assert inner.written[0].endswith(b'\r\n\r\n{"a":1}')
+
+
+def test_arrival_is_awaited_only_after_what_the_stream_holds_is_sent() -> None:
+    mine = object()
+    inner = Stream(mine)
+    stream = AckingBackend(Backend(mine)).connect_tcp("h", 1)  # type: ignore[arg-type]
+    stream._inner = inner  # type: ignore[attr-defined]
+    stream.write(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n")
+    stream.write(b"{}")
+    assert inner.written == []  # held: the request is not whole yet
+    assert last_written_socket() is mine  # what the arrival wait asks first
+    assert inner.written == [b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"]
+
+
+def test_a_large_body_is_not_held_whole() -> None:
+    inner = Stream(object())
+    stream = AckingBackend(Backend(object())).connect_tcp("h", 1)  # type: ignore[arg-type]
+    stream._inner = inner  # type: ignore[attr-defined]
+    for _ in range(3):
+        stream.write(b"x" * (wire_ack.FLUSH_BYTES // 2 + 1))
+    assert [len(w) for w in inner.written] == [wire_ack.FLUSH_BYTES + 2]
