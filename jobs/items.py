@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-import psycopg
 from psycopg.types.json import Jsonb
 from sqlalchemy import (
     Connection,
@@ -41,10 +40,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from jobs.clock import after, uses_database_clock
+from jobs.driver import is_driver_level, on_driver
 from jobs.records import CallRow, ClaimedItem
 from jobs.source_lists import INSERT_CTE_SQL, sources_apart, store_sources
 from models import ApiCall, Item, Job, SourceList, utcnow
@@ -176,7 +175,7 @@ def _settle_with_calls(n: int, sources: bool = False) -> Update:
     return statement
 
 
-# The same two statements as Postgres text, sent straight to psycopg on a bare connection (`_on_driver`):
+# The same two statements as Postgres text, sent straight to psycopg on a bare connection (`jobs/driver.py`):
 # even a prebuilt statement costs SQLAlchemy an execution context, its parameters processed one by one (17
 # per call row) and a result wrapper — about as much Python again as psycopg's own work. Measured in the
 # ceiling bench's profile (docs/profiles/): claim and settle were a quarter of a worker's CPU per claim.
@@ -212,28 +211,6 @@ def _settle_sql(n: int, sources: bool = False) -> str:
         sql = f"WITH {', '.join(ctes)} {_SETTLE_SQL}" if ctes else _SETTLE_SQL
         _SETTLE_SQL_WITH_CALLS[(n, sources)] = sql
     return sql
-
-
-def _on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
-    """Run one Postgres statement on the connection's psycopg connection, prepared server-side, with the
-    errors SQLAlchemy would raise (an OperationalError stays an infrastructure fault, and a connection
-    the server dropped is invalidated so the pool never hands it out again)."""
-    raw = conn.connection.driver_connection
-    assert isinstance(raw, psycopg.Connection)
-    try:
-        return raw.execute(sql, params, prepare=True)
-    except psycopg.Error as exc:
-        gone = conn.dialect.is_disconnect(cast(Any, exc), conn.connection, None)
-        if gone:
-            conn.invalidate(exc)
-        raise DBAPIError.instance(
-            sql, params, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
-        ) from exc
-
-
-def _driver_level(session: Executor) -> bool:
-    """Whether a one-statement operation can go straight to psycopg: a bare Postgres connection."""
-    return isinstance(session, Connection) and session.dialect.driver == "psycopg"
 
 
 @dataclass(frozen=True)
@@ -335,9 +312,9 @@ def try_claim(
     """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
     one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
     caller then runs `claim_item` in a transaction to apply the other rules."""
-    if _driver_level(session):  # Postgres: the lease by the database's clock (jobs/clock.py)
+    if is_driver_level(session):  # Postgres: the lease by the database's clock (jobs/clock.py)
         params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
-        claimed = _on_driver(cast(Connection, session), _CLAIM_SQL, params).fetchone()
+        claimed = on_driver(cast(Connection, session), _CLAIM_SQL, params).fetchone()
     elif uses_database_clock(session):
         params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
         claimed = session.execute(_CLAIM_DB_CLOCK, params).first()
@@ -580,12 +557,12 @@ def _settle_at_once(
         params.update({f"{name}_{i}": value for name, value in row.items()})
     if split is not None:
         params.update(src_job=item.job_id, src_digest=uuid.UUID(hex=split.ref), src_sources=split.sources)
-    if _driver_level(session):
+    if is_driver_level(session):
         params["to_output"] = Jsonb(params["to_output"])
         if split is not None:
             params["src_sources"] = Jsonb(split.sources)
         sql = _settle_sql(len(calls), split is not None)
-        return _on_driver(cast(Connection, session), sql, params).rowcount > 0
+        return on_driver(cast(Connection, session), sql, params).rowcount > 0
     result = session.execute(_settle_with_calls(len(calls), split is not None), params)
     return bool(getattr(result, "rowcount", 0))
 

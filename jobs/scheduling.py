@@ -13,20 +13,24 @@ SQL so that Postgres can prove a prepared statement matches the index predicate.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, union_all, update
+from sqlalchemy import Connection, func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
 
 from checks.fairness import Priority
 from jobs.clock import after, now_of
+from jobs.driver import driver_of, on_driver
 from models import ApiCall, Item, ItemStatus, Job, JobStatus, Tenant, utcnow
 from models.jobs import IN_FLIGHT_SQL, READY_SQL
 
 LIVE = tuple(sorted(JobStatus.running()))
+# What the dispatcher's statements run on: a session, or — on Postgres, one statement at a time — a bare
+# connection in autocommit (workers/dispatcher.py).
+Executor = Session | Connection
 # A union of per-job reads is split into statements of at most this many jobs (bind-parameter limits).
 _JOBS_PER_STATEMENT = 200
 
@@ -53,22 +57,33 @@ class Ready:
     parent_id: int | None
 
 
-def live_jobs(session: Session) -> list[LiveJob]:
+_LIVE_SQL_PG = (
+    "SELECT jobs.id, jobs.tenant_id, tenants.weight, jobs.priority, jobs.status, "
+    "tenants.upstream_key_fingerprint, "
+    "(tenants.daily_budget_usd IS NOT NULL OR tenants.monthly_budget_usd IS NOT NULL) "
+    "FROM jobs JOIN tenants ON tenants.id = jobs.tenant_id "
+    "WHERE jobs.status IN ('in_progress', 'queued') ORDER BY jobs.created_at, jobs.id"
+)
+_LIVE = (
+    select(
+        Job.id,
+        Job.tenant_id,
+        Tenant.weight,
+        Job.priority,
+        Job.status,
+        Tenant.upstream_key_fingerprint,
+        (Tenant.daily_budget_usd.is_not(None) | Tenant.monthly_budget_usd.is_not(None)),
+    )
+    .join(Tenant, Tenant.id == Job.tenant_id)
+    .where(Job.status.in_(LIVE))
+    .order_by(Job.created_at, Job.id)
+)
+
+
+def live_jobs(session: Executor) -> list[LiveJob]:
     """Jobs that are queued or running, oldest first, with their tenant's weight."""
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.tenant_id,
-            Tenant.weight,
-            Job.priority,
-            Job.status,
-            Tenant.upstream_key_fingerprint,
-            (Tenant.daily_budget_usd.is_not(None) | Tenant.monthly_budget_usd.is_not(None)),
-        )
-        .join(Tenant, Tenant.id == Job.tenant_id)
-        .where(Job.status.in_(LIVE))
-        .order_by(Job.created_at, Job.id)
-    ).all()
+    conn = driver_of(session)
+    rows = on_driver(conn, _LIVE_SQL_PG, {}).fetchall() if conn is not None else session.execute(_LIVE).all()
     return [
         LiveJob(
             id=jid,
@@ -84,29 +99,53 @@ def live_jobs(session: Session) -> list[LiveJob]:
     ]
 
 
-def in_flight(session: Session, scope: str, lost: Collection[int] = ()) -> int:
-    """Items dispatched in `scope` and not settled yet (waiting in the broker, or running).
+_IN_FLIGHT_SQL_PG = f"SELECT id, status = 'running' FROM items WHERE scope = %(scope)s AND {IN_FLIGHT_SQL}"  # noqa: S608
 
-    `lost`: items held by hosts that went silent (workers/leases.py:silent_hosts). Those still running do
-    not count: their host is frozen or cut off, so they take no upstream slot now, and counting them kept a
-    scope below its rate until their leases ran out. They stay running and their host's (the lease token
-    decides who writes); only the count leaves them out."""
-    statement = select(func.count()).select_from(Item).where(Item.scope == scope, text(IN_FLIGHT_SQL))
-    if lost:
-        statement = statement.where(~(Item.id.in_(sorted(lost)) & (Item.status == "running")))
-    return int(session.scalar(statement) or 0)
+
+def in_flight_items(session: Executor, scope: str) -> list[tuple[int, bool]]:
+    """The items dispatched in `scope` and not settled yet (waiting in the broker, or running): their ids,
+    and whether each is running. At most the scope's in-flight bound, read through `ix_items_in_flight`.
+
+    The dispatcher counts them (less the running items of hosts gone silent, which take no upstream slot)
+    and closes its windows whose items have all left (workers/dispatcher.py)."""
+    conn = driver_of(session)
+    if conn is not None:
+        return [(int(i), bool(r)) for i, r in on_driver(conn, _IN_FLIGHT_SQL_PG, {"scope": scope})]
+    rows = session.execute(select(Item.id, Item.status).where(Item.scope == scope, text(IN_FLIGHT_SQL))).all()
+    return [(int(i), st == "running") for i, st in rows]
+
+
+# Every job's first `cap` dispatchable items of an endpoint in one statement whatever the number of jobs: a
+# lateral read per job, each an index range of `ix_items_ready` (its condition spelled as the index's).
+_READY_SQL_PG = (
+    "SELECT j.id, i.id, i.parent_id FROM unnest(%(jobs)s::uuid[]) AS j(id) CROSS JOIN LATERAL ("  # noqa: S608
+    f"SELECT items.id, items.parent_id, items.position FROM items WHERE items.job_id = j.id "
+    f"AND items.endpoint = %(endpoint)s AND {READY_SQL} "
+    "AND (items.not_before IS NULL OR items.not_before <= %(now)s) "
+    "ORDER BY items.position, items.id LIMIT %(cap)s) AS i"
+)
 
 
 def ready_items(
-    session: Session, job_ids: Sequence[uuid.UUID], endpoint: str, cap: int, now: datetime | None = None
+    session: Executor, job_ids: Sequence[uuid.UUID], endpoint: str, cap: int, now: datetime | None = None
 ) -> dict[uuid.UUID, list[Ready]]:
-    """Up to `cap` dispatchable items of each job for one endpoint, in position order (one round trip per
-    couple of hundred jobs). Duplicates are never dispatched, and an item given back after a transient
-    failure waits for its `not_before`."""
+    """Up to `cap` dispatchable items of each job for one endpoint, in position order (on Postgres one
+    round trip whatever the number of jobs; elsewhere one per couple of hundred jobs). Duplicates are
+    never dispatched, and an item given back after a transient failure waits for its `not_before`."""
     if cap <= 0 or not job_ids:
         return {}
     moment = now or utcnow()
     out: dict[uuid.UUID, list[Ready]] = {}
+    conn = driver_of(session)
+    if conn is not None:
+        params = {"jobs": list(job_ids), "endpoint": endpoint, "now": moment, "cap": cap}
+        for job_id, item_id, parent_id in on_driver(conn, _READY_SQL_PG, params):
+            out.setdefault(job_id, []).append(
+                Ready(int(item_id), None if parent_id is None else int(parent_id))
+            )
+        for items in out.values():
+            items.sort(key=lambda r: r.id)
+        return out
     for start in range(0, len(job_ids), _JOBS_PER_STATEMENT):
         parts = []
         for job_id in job_ids[start : start + _JOBS_PER_STATEMENT]:
@@ -133,14 +172,25 @@ def ready_items(
     return out
 
 
-def mark_dispatched(session: Session, item_ids: Iterable[int], scope: str) -> set[int]:
+_MARK_SQL_PG = (
+    "UPDATE items SET enqueued_at = now(), scope = %(scope)s "
+    "WHERE id = ANY(%(ids)s) AND status = 'pending' AND enqueued_at IS NULL AND EXISTS ("
+    "SELECT FROM jobs WHERE jobs.id = items.job_id AND jobs.status IN ('in_progress', 'queued')) "
+    "RETURNING id"
+)
+
+
+def mark_dispatched(session: Executor, item_ids: Iterable[int], scope: str) -> set[int]:
     """Mark items as sent in `scope`; returns the ids this call marked (an item already dispatched, or no
     longer pending, or of a job no longer queued or running — cancelled since the dispatcher read it — is
     left alone, so nothing of a cancelling job is sent once its cancel has committed)."""
     ids = list(item_ids)
     if not ids:
         return set()
-    now = now_of(session)  # the database's clock: the sweeper on another host reads these marks
+    conn = driver_of(session)
+    if conn is not None:  # the database's clock: the sweeper on another host reads these marks
+        return {int(i) for (i,) in on_driver(conn, _MARK_SQL_PG, {"ids": ids, "scope": scope})}
+    now = now_of(session)
     marked = {
         int(i)
         for (i,) in session.execute(
@@ -158,7 +208,7 @@ def mark_dispatched(session: Session, item_ids: Iterable[int], scope: str) -> se
     return marked
 
 
-def mark_started(session: Session, job_ids: Iterable[uuid.UUID]) -> None:
+def mark_started(session: Executor, job_ids: Iterable[uuid.UUID]) -> None:
     """queued → in progress for jobs whose work has started (idempotent)."""
     ids = list(job_ids)
     if ids:

@@ -55,6 +55,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -68,7 +69,7 @@ from jobs.quotas import Hold
 from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
 from jobs.sweeper import redrive_abandoned
-from models import session_scope, utcnow
+from models import autocommit_scope, session_scope, utcnow
 from workers.api import DEFAULT_QUEUE
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
@@ -81,7 +82,6 @@ from workers.leases import (
     silent_hosts,
 )
 from workers.limiter import scope_for, with_headroom
-from workers.windows import Window
 
 log = logging.getLogger("factgate.workers")
 
@@ -283,6 +283,25 @@ class _Scope:
     last_backlogs: list[Backlog] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _OpenWindow:
+    """A window the leader sent (server mode): its job, the questions its items belong to, and its items.
+
+    Why the leader closes windows itself: Celery's chord on Redis ran the backend's chord script on every
+    item's way out (a result nobody reads encoded, a uuid, a Lua script over six keys) and carried the body
+    in every message; a window's own Redis counter still cost each item an INCR. The leader reads each
+    scope's items in flight at every tick anyway (to count them), so a window whose items have all left
+    flight — settled, or given back for a later try — is closed there, and its body, `after_window(job,
+    questions)`, goes out with the tick: nothing per item. A window sent by an earlier leader is closed by
+    nobody; the leader's finalize of jobs with nothing open (`_write_schedules`, every SCHEDULE_REFRESH_S)
+    and the sweep's advance of stalled questions do its work, as they did for a counter lost with Redis.
+    """
+
+    job_id: uuid.UUID
+    questions: tuple[int, ...]
+    items: frozenset[int]
+
+
 class Dispatcher:
     """The leader-elected loop (`start`/`stop`), and `tick`, one round over every scope (tests call it)."""
 
@@ -347,10 +366,14 @@ class Dispatcher:
         self.term = 0  # this reign's term, carried by every message it sends
         self._valid_until = 0.0  # monotonic: until then the lock cannot have expired
         # An item task returns nothing anyone reads: its outcome is in the database. Storing it cost a
-        # GET, a SET and a PUBLISH per item. On Redis a window joins on its own counter (workers/windows.py),
+        # GET, a SET and a PUBLISH per item. On Redis this loop closes the windows itself (`_OpenWindow`),
         # so there the results need not be stored (`ignore_result`); the in-memory backend of embedded
         # mode joins a chord by reading each stored result, so there they must be.
         self._redis_backend = isinstance(app.backend, RedisBackend)
+        # The windows sent and not closed yet, by scope (Redis backend only; `_close_windows`).
+        self._windows: dict[str, list[_OpenWindow]] = {}
+        self._closed: list[_OpenWindow] = []  # closed this tick; their bodies go out at its end
+        self._looked: set[str] = set()  # scopes whose items in flight this tick read
         self._template: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
         # Scopes found with nothing in flight and nothing ready (a claims job has no Agent or Search items):
         # scope -> (monotonic time to look again, the live jobs then). Looking at each every tick cost two
@@ -670,6 +693,16 @@ class Dispatcher:
             )
         return moved
 
+    def _statements(self) -> AbstractContextManager[scheduling.Executor]:
+        """What a tick's statements run on. On Postgres a bare connection in autocommit: each statement is
+        atomic by itself (the reads need no snapshot in common, and marking is one conditional UPDATE whose
+        conditions are what keeps a cancelled job's items from being sent), and a read then costs one round
+        trip instead of BEGIN, the read and COMMIT — an idle tick two round trips instead of six. Elsewhere
+        (SQLite, embedded mode) a session."""
+        if self.ctx.engine.dialect.driver == "psycopg":
+            return autocommit_scope(self.ctx.engine)
+        return session_scope(self.ctx.sessions)
+
     def tick(self) -> bool:
         """One round: for each scope with free slots, allocate them fairly and send the picks.
 
@@ -678,11 +711,13 @@ class Dispatcher:
         self._check_epoch()
         now = time.monotonic()
         self._refresh_latency(now)
-        with self.ctx.sessions() as session:
-            jobs = scheduling.live_jobs(session)
+        with self._statements() as conn:
+            jobs = scheduling.live_jobs(conn)
+        self._looked.clear()
         if not jobs:
             self._scopes.clear()
             self._quiet.clear()
+            self._close_elsewhere()
             return False
         self._refresh_holds(jobs, now)
         self._refresh_lost(now)
@@ -711,16 +746,33 @@ class Dispatcher:
         for scope in list(self._quiet):
             if scope not in live_scopes:
                 del self._quiet[scope]
+        self._close_elsewhere()
         return True
+
+    def _close_elsewhere(self) -> None:
+        """Close the windows of scopes this tick did not look at (a held tenant's, one whose jobs ended, a
+        tick cut short), then send the bodies of every window closed this tick."""
+        for scope in [s for s in self._windows if s not in self._looked]:
+            if not self.still_leading():
+                break
+            with self._statements() as conn:
+                self._close_windows(
+                    scope, {item for item, _running in scheduling.in_flight_items(conn, scope)}
+                )
+        self._send_closed()
 
     def _dispatch_scope(
         self, scope: str, endpoint: str, jobs: list[LiveJob], weights: Mapping[str, float]
     ) -> int:
         if not self.still_leading():
             return 0  # the lock may have lapsed during this tick (a pause, a stall): mark nothing
-        with session_scope(self.ctx.sessions) as session:
+        with self._statements() as session:
             target = self.target(endpoint)
-            flying = scheduling.in_flight(session, scope, self._lost)
+            flights = scheduling.in_flight_items(session, scope)
+            self._looked.add(scope)
+            self._close_windows(scope, {item for item, _running in flights})
+            # A silent host's running items take no slot (`_refresh_lost`).
+            flying = sum(1 for item, running in flights if not (running and item in self._lost))
             free = target - flying
             # An unlimited scope sends in batches (`batch_of`): nothing paces it but the in-flight bound,
             # so topping it up every tick only made many small windows.
@@ -764,9 +816,47 @@ class Dispatcher:
         for job_id, items in picks.items():
             mine = [r for r in items if r.id in marked]
             windows += [(job_id, mine[i : i + self.window]) for i in range(0, len(mine), self.window)]
-        return self._send_windows(windows)
+        return self._send_windows(windows, scope)
 
-    def _send_windows(self, windows: list[tuple[uuid.UUID, list[Ready]]]) -> int:
+    def _close_windows(self, scope: str, flying: set[int]) -> None:
+        """Close the scope's windows none of whose items is in flight any more (`_OpenWindow`)."""
+        open_windows = self._windows.get(scope)
+        if not open_windows:
+            return
+        still = [w for w in open_windows if not w.items.isdisjoint(flying)]
+        if len(still) < len(open_windows):
+            self._closed += [w for w in open_windows if w.items.isdisjoint(flying)]
+        if still:
+            self._windows[scope] = still
+        else:
+            del self._windows[scope]
+
+    def _send_closed(self) -> None:
+        """Send the bodies of the windows closed this tick, one `after_window` per job (its questions
+        merged), in one producer batch. A failure is logged: the job's finalize and the sweep remain."""
+        closed, self._closed = self._closed, []
+        if not closed:
+            return
+        per_job: dict[uuid.UUID, set[int]] = {}
+        for window in closed:
+            per_job.setdefault(window.job_id, set()).update(window.questions)
+        try:
+            with self.app.producer_or_acquire() as producer, producer.batch():
+                for job_id, questions in per_job.items():
+                    self.app.send_task(
+                        "factgate.after_window",
+                        args=(str(job_id), sorted(questions)),
+                        ignore_result=True,
+                        producer=producer,
+                    )
+        except Exception:
+            log.warning(
+                "dispatcher: could not send %d closed windows' bodies; the finalize and the sweep will",
+                len(per_job),
+                exc_info=True,
+            )
+
+    def _send_windows(self, windows: list[tuple[uuid.UUID, list[Ready]]], scope: str) -> int:
         """Send every window's chord in one producer batch: on Redis all their messages go out in one
         pipeline (one round trip per tick instead of one per item; transports without batches send each
         message at once). If sending fails, the windows' items are dispatchable again (any message that did
@@ -791,16 +881,20 @@ class Dispatcher:
         now = time.monotonic()
         for job_id, window in windows:
             self._sent.append((now, job_id, len(window)))
+            if self._redis_backend:
+                questions = tuple(sorted({r.parent_id for r in window if r.parent_id is not None}))
+                opened = _OpenWindow(job_id, questions, frozenset(r.id for r in window))
+                self._windows.setdefault(scope, []).append(opened)
         return sum(len(window) for _job, window in windows)
 
     def _send_chord(self, job_id: uuid.UUID, window: list[Ready], producer: Any = None) -> None:
         """One chord per window: the items, then `after_window` with the questions they belong to.
 
-        On Redis the join is the window's own counter (workers/windows.py), not Celery's chord: each item
-        message carries the window's key and size with the body's arguments, and the last item to return
-        sends the body. The messages are built here from one template (`_publish_item`): `send_task` per
-        item routed, repr'd, signalled and validated the same message over again (8 % of a worker's CPU at
-        the ceiling). Other backends (embedded mode's) join on a saved group, so they get `chord()`."""
+        On Redis the leader closes the window itself once its items have left flight and sends the body
+        then (`_OpenWindow`); the item messages carry nothing of it. They are built here from one template
+        (`_publish_item`): `send_task` per item routed, repr'd, signalled and validated the same message over
+        again (8 % of a worker's CPU at the ceiling). Other backends (embedded mode's) join on a saved group,
+        so they get `chord()`."""
         questions = sorted({r.parent_id for r in window if r.parent_id is not None})
         if not self._redis_backend:
             body = self.app.signature("factgate.after_window", args=(str(job_id), questions), immutable=True)
@@ -813,9 +907,8 @@ class Dispatcher:
                 ]
             )(body)
             return
-        joined = Window.new(job_id, len(window), questions).as_arg()
         for r in window:
-            self._publish_item(producer, r.id, joined)
+            self._publish_item(producer, r.id)
 
     def _item_template(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Headers, body extras and publish options of a `run_item` message, made once by Celery's own
@@ -840,12 +933,12 @@ class Dispatcher:
             self._template = (headers, body[2], options)
         return self._template
 
-    def _publish_item(self, producer: Any, item_id: int, joined: list[Any]) -> None:
-        """Publish one `run_item(item_id, epoch=term, window=joined)` message into the tick's batch."""
+    def _publish_item(self, producer: Any, item_id: int) -> None:
+        """Publish one `run_item(item_id, epoch=term)` message into the tick's batch."""
         headers, embed, options = self._item_template()
         task_id = str(uuid.uuid4())
         args = (item_id,)
-        kwargs = {"epoch": self.term, "window": joined}  # the reign's term: a worker refuses an older one
+        kwargs = {"epoch": self.term}  # the reign's term: a worker refuses an older one
         message_headers = {
             **headers,
             "id": task_id,

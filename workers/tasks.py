@@ -64,7 +64,6 @@ from workers.kinds import handler_for
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.steps import Calls, budget_skip
 from workers.webhooks import send_if_due, send_soon
-from workers.windows import Window, count_part
 
 log = logging.getLogger("factgate.workers")
 
@@ -440,34 +439,15 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     `epoch` is the term of the dispatcher that sent it; a message of an older term (a leader that lost its
     lock) is refused before anything is claimed (workers/dispatcher.py:refuse_stale_dispatch).
 
-    `window` is the join of the window the item was sent in (workers/windows.py; server mode): however the
-    item ended, it is counted there on the way out, and the last of its window sends `after_window`.
+    `window` is not used: messages sent before the leader closed windows itself (workers/dispatcher.py,
+    `_OpenWindow`) carried their window's Redis counter there; such a window is now closed by the job's
+    finalize and the sweep, as a window of an earlier leader is.
 
     The item is claimed (or failed, when it has used every try), its lease is kept alive while the handler
     runs, and the outcome is stored with its calls. A transient failure gives the item back with a time
     before which it is not sent again; the dispatcher sends it when that time has passed.
     """
-    try:
-        _run_item(item_id, epoch)
-    finally:
-        _count_in_window(window)
-
-
-def _count_in_window(window: Any) -> None:
-    """Count the item in its window (never raises: a failure here must not hide the item's own)."""
-    joined = Window.from_arg(window)
-    if joined is None:
-        return
-    try:
-        rds = _ctx().redis
-    except Exception:
-        log.warning("window %s: no worker context to count it in; the sweep moves it on", joined.key)
-        return
-    count_part(rds, joined, _send_after_window)
-
-
-def _send_after_window(job_id: str, question_ids: list[int]) -> None:
-    after_window.apply_async(args=(job_id, question_ids), ignore_result=True)
+    _run_item(item_id, epoch)
 
 
 def _run_item(item_id: int, epoch: int | None) -> None:

@@ -1,24 +1,26 @@
 """How the dispatcher sends (workers/dispatcher.py), against real Postgres and Redis and no worker: one
 producer batch per tick, one window per job and FACTGATE_CHORD_SIZE items whose item tasks store no result
-and join on the window's own counter (workers/windows.py), and a failed send leaves every item of the tick
-dispatchable again."""
+and carry nothing of their window (the leader closes it once its items have left flight, and sends its
+body then), and a failed send leaves every item of the tick dispatchable again."""
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis as redis_lib
 from kombu.transport.redis import PublishBatch
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from config import Settings
 from jobs.intake import UnitSpec, create_job
 from jobs.tenancy import get_or_create_tenant
-from models import Item, make_session_factory, session_scope
+from models import Item, make_session_factory, session_scope, utcnow
 from tests.integration.stack import fresh_database
 from tests.services import redis_db_url
 from workers.app import make_celery
@@ -93,19 +95,16 @@ def test_a_tick_sends_its_windows_in_one_batch_and_stores_no_item_result(
     assert _dispatched(engine, ids) == [True] * 10
     messages = [json.loads(raw) for raw in rds.lrange("celery", 0, -1)]
     assert len(messages) == 10
-    windows: dict[str, list[str]] = {}
     for message in messages:
         headers = message["headers"]
         assert headers["task"] == "factgate.run_item" and headers["ignore_result"] is True
         assert headers["group"] is None  # no Celery chord: no per-item chord script on the way out
         (item_id,), kwargs, embed = json.loads(base64.b64decode(message["body"]))
         assert embed["chord"] is None  # the body does not ride in every message's headers
-        assert kwargs["epoch"] == dispatcher.term and headers["argsrepr"] == f"({item_id},)"
-        key, size, job_id, question_ids = kwargs["window"]  # the window's own join (workers/windows.py)
-        assert len(windows.setdefault(key, [])) < size and question_ids == []
-        windows[key].append(job_id)
-    assert sorted(len(w) for w in windows.values()) == [2, 4, 4]  # windows of FACTGATE_CHORD_SIZE
-    assert len({job for w in windows.values() for job in w}) == 1  # one job's windows
+        assert kwargs == {"epoch": dispatcher.term} and headers["argsrepr"] == f"({item_id},)"
+    (windows,) = dispatcher._windows.values()  # one scope's windows, kept by the leader
+    assert sorted(len(w.items) for w in windows) == [2, 4, 4]  # windows of FACTGATE_CHORD_SIZE
+    assert {i for w in windows for i in w.items} == set(ids) and len({w.job_id for w in windows}) == 1
     assert len({m["headers"]["id"] for m in messages}) == 10  # every message its own task id
     dispatcher.stop()
 
@@ -132,4 +131,61 @@ def test_a_failed_send_leaves_the_ticks_items_dispatchable(
     dispatcher._send = real_send
     dispatcher.tick()
     assert rds.llen("celery") == 10 and _dispatched(engine, ids) == [True] * 10
+    dispatcher.stop()
+
+
+def _settle(engine: Engine, ids: list[int], status: str = "done") -> None:
+    with session_scope(make_session_factory(engine)) as s:
+        s.execute(update(Item).where(Item.id.in_(ids)).values(status=status, finished_at=utcnow()))
+
+
+def _bodies(rds: redis_lib.Redis) -> list[list[Any]]:
+    """The `after_window` messages in the queue: their (job, questions) arguments."""
+    out = []
+    for raw in rds.lrange("celery", 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == "factgate.after_window":
+            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+            out.append(args)
+    return out
+
+
+def test_a_window_closes_once_its_items_have_left_flight_and_its_body_goes_out_once(
+    setup: tuple[Engine, Dispatcher, redis_lib.Redis],
+) -> None:
+    engine, dispatcher, rds = setup
+    _job(engine, 6)  # windows of 4 and 2
+    assert dispatcher.lead() and dispatcher.tick()
+    dispatcher._schedule_at = math.inf  # no finalize of the finished job meanwhile: only window bodies
+    (job_id,) = {w.job_id for ws in dispatcher._windows.values() for w in ws}
+    first, second = sorted(next(iter(dispatcher._windows.values())), key=lambda w: -len(w.items))
+    _settle(engine, sorted(first.items)[:3])  # one item of the first window still in flight
+    _settle(engine, sorted(second.items), status="failed")  # a failed item has left flight too
+    dispatcher.tick()
+    assert _bodies(rds) == [[str(job_id), []]]  # the second window closed: its body, once
+    assert [len(w.items) for ws in dispatcher._windows.values() for w in ws] == [4]
+    _settle(engine, sorted(first.items)[3:])
+    dispatcher.tick()
+    dispatcher.tick()
+    assert _bodies(rds) == [[str(job_id), []], [str(job_id), []]]  # the first one's, once
+    assert dispatcher._windows == {}
+    dispatcher.stop()
+
+
+def test_windows_closed_in_one_tick_send_one_body_per_job_with_their_questions(
+    setup: tuple[Engine, Dispatcher, redis_lib.Redis],
+) -> None:
+    engine, dispatcher, rds = setup
+    ids = _job(engine, 8)
+    assert dispatcher.lead() and dispatcher.tick()
+    dispatcher._schedule_at = math.inf
+    (job_id,) = {w.job_id for ws in dispatcher._windows.values() for w in ws}
+    # As a staged kind's children would be: each window names the questions its items belong to.
+    (scope,) = dispatcher._windows
+    dispatcher._windows[scope] = [
+        replace(w, questions=(n + 7,)) for n, w in enumerate(dispatcher._windows[scope])
+    ]
+    _settle(engine, ids)
+    dispatcher.tick()
+    assert _bodies(rds) == [[str(job_id), [7, 8]]]
     dispatcher.stop()
