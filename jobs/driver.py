@@ -14,38 +14,102 @@ mode) keep the SQLAlchemy path; `driver_of` says which applies.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import PoolProxiedConnection
+
+from models import autocommit_scope
 
 
-def is_driver_level(conn: Session | Connection) -> bool:
+@dataclass(frozen=True)
+class DriverConnection:
+    """A pooled psycopg connection in autocommit, for statements that are each a unit of work.
+
+    Why not SQLAlchemy's `Connection` (models/db.py:autocommit_scope): making one, and setting then
+    resetting its isolation level at every checkout, cost about 40–60 µs of CPU per statement — a claim and
+    a settle per item. This is the pool's own connection (its checkout events, its ping of a connection
+    that sat idle, its reset on return), put in autocommit for the statement and back after it."""
+
+    pooled: PoolProxiedConnection
+    dialect: Dialect
+
+    @property
+    def raw(self) -> psycopg.Connection[Any]:
+        raw = self.pooled.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        return raw
+
+
+# What a one-statement operation runs on: a session, a SQLAlchemy connection, or a bare driver connection.
+Executor = Session | Connection | DriverConnection
+
+
+@contextmanager
+def _driver_autocommit(engine: Engine) -> Iterator[DriverConnection]:
+    pooled = engine.raw_connection()
+    try:
+        conn = DriverConnection(pooled, engine.dialect)
+        conn.raw.autocommit = True
+        yield conn
+        if not conn.raw.closed:
+            conn.raw.autocommit = False
+    finally:
+        pooled.close()
+
+
+def statement_scope(engine: Engine) -> AbstractContextManager[Connection | DriverConnection]:
+    """A connection on which every statement commits on its own: the pool's psycopg connection itself on
+    Postgres (`DriverConnection`), SQLAlchemy's autocommit connection elsewhere (SQLite)."""
+    if engine.dialect.driver == "psycopg":
+        return _driver_autocommit(engine)
+    return autocommit_scope(engine)
+
+
+def is_driver_level(conn: Executor) -> bool:
     """Whether a one-statement operation can go straight to psycopg: a bare Postgres connection."""
+    if isinstance(conn, DriverConnection):
+        return True
     return isinstance(conn, Connection) and conn.dialect.driver == "psycopg"
 
 
-def driver_of(session: Session | Connection) -> Connection | None:
-    """The SQLAlchemy connection (inside the session's transaction, for a session) whose psycopg
-    connection a statement may use directly, or None on another driver."""
+def driver_of(session: Executor) -> Connection | DriverConnection | None:
+    """The connection (inside the session's transaction, for a session) whose psycopg connection a
+    statement may use directly, or None on another driver."""
+    if isinstance(session, DriverConnection):
+        return session
     conn = session.connection() if isinstance(session, Session) else session
     return conn if conn.dialect.driver == "psycopg" else None
 
 
-def on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+def sqlalchemy_side(session: Executor) -> Session | Connection:
+    """`session` where a statement goes through SQLAlchemy (a database other than Postgres): a driver
+    connection is only ever made for Postgres (`statement_scope`), so meeting one here is a bug."""
+    if isinstance(session, DriverConnection):
+        raise TypeError("a driver connection runs Postgres text only")
+    return session
+
+
+def on_driver(conn: Connection | DriverConnection, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
     """Run one Postgres statement on the connection's psycopg connection, prepared server-side, with the
     errors SQLAlchemy would raise (an OperationalError stays an infrastructure fault, and a connection
     the server dropped is invalidated so the pool never hands it out again)."""
-    raw = conn.connection.driver_connection
+    pooled = conn.pooled if isinstance(conn, DriverConnection) else conn.connection
+    raw = pooled.driver_connection
     assert isinstance(raw, psycopg.Connection)
     try:
         return raw.execute(sql, params, prepare=True)
     except psycopg.Error as exc:
-        gone = conn.dialect.is_disconnect(cast(Any, exc), conn.connection, None)
+        gone = conn.dialect.is_disconnect(cast(Any, exc), pooled, None)
         if gone:
-            conn.invalidate(exc)
+            conn.invalidate(exc) if isinstance(conn, Connection) else pooled.invalidate(exc)
         raise DBAPIError.instance(
             sql, params, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
         ) from exc

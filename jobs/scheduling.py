@@ -18,19 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select, text, union_all, update
+from sqlalchemy import func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
 
 from checks.fairness import Priority
 from jobs.clock import after, now_of
-from jobs.driver import driver_of, on_driver
+from jobs.driver import Executor, driver_of, on_driver, sqlalchemy_side
 from models import ApiCall, Item, ItemStatus, Job, JobStatus, Tenant, utcnow
 from models.jobs import IN_FLIGHT_SQL, READY_SQL
 
 LIVE = tuple(sorted(JobStatus.running()))
-# What the dispatcher's statements run on: a session, or — on Postgres, one statement at a time — a bare
-# connection in autocommit (workers/dispatcher.py).
-Executor = Session | Connection
 # A union of per-job reads is split into statements of at most this many jobs (bind-parameter limits).
 _JOBS_PER_STATEMENT = 200
 
@@ -83,7 +80,10 @@ _LIVE = (
 def live_jobs(session: Executor) -> list[LiveJob]:
     """Jobs that are queued or running, oldest first, with their tenant's weight."""
     conn = driver_of(session)
-    rows = on_driver(conn, _LIVE_SQL_PG, {}).fetchall() if conn is not None else session.execute(_LIVE).all()
+    if conn is not None:
+        rows = on_driver(conn, _LIVE_SQL_PG, {}).fetchall()
+    else:
+        rows = list(sqlalchemy_side(session).execute(_LIVE).all())
     return [
         LiveJob(
             id=jid,
@@ -111,7 +111,8 @@ def in_flight_items(session: Executor, scope: str) -> list[tuple[int, bool]]:
     conn = driver_of(session)
     if conn is not None:
         return [(int(i), bool(r)) for i, r in on_driver(conn, _IN_FLIGHT_SQL_PG, {"scope": scope})]
-    rows = session.execute(select(Item.id, Item.status).where(Item.scope == scope, text(IN_FLIGHT_SQL))).all()
+    statement = select(Item.id, Item.status).where(Item.scope == scope, text(IN_FLIGHT_SQL))
+    rows = sqlalchemy_side(session).execute(statement).all()
     return [(int(i), st == "running") for i, st in rows]
 
 
@@ -163,7 +164,7 @@ def ready_items(
             )
             parts.append(select(sub.c.job_id, sub.c.id, sub.c.parent_id))
         statement = parts[0] if len(parts) == 1 else union_all(*parts)
-        for job_id, item_id, parent_id in session.execute(statement):
+        for job_id, item_id, parent_id in sqlalchemy_side(session).execute(statement):
             out.setdefault(job_id, []).append(
                 Ready(int(item_id), None if parent_id is None else int(parent_id))
             )
@@ -190,10 +191,11 @@ def mark_dispatched(session: Executor, item_ids: Iterable[int], scope: str) -> s
     conn = driver_of(session)
     if conn is not None:  # the database's clock: the sweeper on another host reads these marks
         return {int(i) for (i,) in on_driver(conn, _MARK_SQL_PG, {"ids": ids, "scope": scope})}
-    now = now_of(session)
+    sa = sqlalchemy_side(session)
+    now = now_of(sa)
     marked = {
         int(i)
-        for (i,) in session.execute(
+        for (i,) in sa.execute(
             update(Item)
             .where(
                 Item.id.in_(ids),
@@ -208,11 +210,22 @@ def mark_dispatched(session: Executor, item_ids: Iterable[int], scope: str) -> s
     return marked
 
 
+_STARTED_SQL_PG = (
+    "UPDATE jobs SET status = 'in_progress', started_at = %(at)s "
+    "WHERE id = ANY(%(ids)s) AND status = 'queued'"
+)
+
+
 def mark_started(session: Executor, job_ids: Iterable[uuid.UUID]) -> None:
     """queued → in progress for jobs whose work has started (idempotent)."""
     ids = list(job_ids)
-    if ids:
-        session.execute(
+    if not ids:
+        return
+    conn = driver_of(session)
+    if conn is not None:
+        on_driver(conn, _STARTED_SQL_PG, {"ids": ids, "at": utcnow()})
+    else:
+        sqlalchemy_side(session).execute(
             update(Job)
             .where(Job.id.in_(ids), Job.status == "queued")
             .values(status="in_progress", started_at=utcnow())

@@ -65,11 +65,12 @@ from celery.backends.redis import RedisBackend
 
 from checks.fairness import Backlog, FairState, allocate, shares, wait_bounds
 from jobs import scheduling
+from jobs.driver import Executor, statement_scope
 from jobs.quotas import Hold
 from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
 from jobs.sweeper import redrive_abandoned
-from models import autocommit_scope, session_scope, utcnow
+from models import session_scope, utcnow
 from workers.api import DEFAULT_QUEUE
 from workers.context import WorkerContext
 from workers.faults import is_infrastructure_fault
@@ -693,14 +694,14 @@ class Dispatcher:
             )
         return moved
 
-    def _statements(self) -> AbstractContextManager[scheduling.Executor]:
+    def _statements(self) -> AbstractContextManager[Executor]:
         """What a tick's statements run on. On Postgres a bare connection in autocommit: each statement is
         atomic by itself (the reads need no snapshot in common, and marking is one conditional UPDATE whose
         conditions are what keeps a cancelled job's items from being sent), and a read then costs one round
         trip instead of BEGIN, the read and COMMIT — an idle tick two round trips instead of six. Elsewhere
         (SQLite, embedded mode) a session."""
         if self.ctx.engine.dialect.driver == "psycopg":
-            return autocommit_scope(self.ctx.engine)
+            return statement_scope(self.ctx.engine)
         return session_scope(self.ctx.sessions)
 
     def tick(self) -> bool:

@@ -34,6 +34,7 @@ from checks.recipes import RECIPES
 from config.logging import bind
 from jobs.bulk_load import Built, build_staged
 from jobs.control import cancel_step, cancelling_with_pending
+from jobs.driver import DriverConnection, statement_scope
 from jobs.finalize import maybe_finalize
 from jobs.items import (
     Exhausted,
@@ -55,7 +56,7 @@ from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.stages import Step, advance_question, stalled_questions
 from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from jobs.webhooks import created_in
-from models import autocommit_scope, session_scope, utcnow
+from models import session_scope, utcnow
 from workers.context import WorkerContext, get_context
 from workers.dispatcher import refuse_stale_dispatch
 from workers.faults import describe as describe_fault
@@ -371,7 +372,7 @@ def _at_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> bool:
     )
 
 
-def _apply_at_once(session: Connection, item: ClaimedItem, outcome: Outcome) -> None:
+def _apply_at_once(session: Connection | DriverConnection, item: ClaimedItem, outcome: Outcome) -> None:
     if isinstance(outcome, Done):
         finish_item_at_once(session, item, outcome.output, outcome.calls)
     elif isinstance(outcome, Failed):
@@ -396,8 +397,8 @@ def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | No
         ):
             with attempt:
                 if at_once:
-                    with autocommit_scope(ctx.engine) as session:
-                        _apply_at_once(session, item, outcome)
+                    with statement_scope(ctx.engine) as conn:
+                        _apply_at_once(conn, item, outcome)
                     return None
                 with session_scope(ctx.sessions) as session:
                     return _apply(session, item, outcome)
@@ -459,8 +460,8 @@ def _run_item(item_id: int, epoch: int | None) -> None:
             return
         # The common case is one UPDATE on its own; when it misses, the other rules (cancelled, out of
         # tries, not pending) apply in a transaction.
-        with autocommit_scope(ctx.engine) as session:
-            claim = try_claim(session, item_id, lease_s, max_tries)
+        with statement_scope(ctx.engine) as conn:
+            claim = try_claim(conn, item_id, lease_s, max_tries)
         if claim is None:
             with session_scope(ctx.sessions) as session:
                 claim = claim_item(session, item_id, lease_s, max_tries)
