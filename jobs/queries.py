@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import bindparam, select, tuple_
 from sqlalchemy.orm import Session, defer
 
 from jobs.keyset import page_rows
@@ -23,15 +23,19 @@ def parse_job_id(raw: str) -> uuid.UUID | None:
         return None
 
 
+# Built once (every job request reads it: the status poll many times a second). A deleted job is gone for
+# its tenant at once, though the purge removes its rows later (jobs/purge.py).
+_TENANTS_JOB = select(Job).where(
+    Job.id == bindparam("job_id"), Job.tenant_id == bindparam("tenant_id"), Job.deleted_at.is_(None)
+)
+
+
 def get_job(session: Session, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
     """The tenant's job, or None (also for another tenant's job: that is a 404, not a 403)."""
     jid = job_id if isinstance(job_id, uuid.UUID) else parse_job_id(job_id)
     if jid is None:
         return None
-    # A deleted job is gone for its tenant at once, though the purge removes its rows later (jobs/purge.py).
-    return session.scalar(
-        select(Job).where(Job.id == jid, Job.tenant_id == tenant_id, Job.deleted_at.is_(None))
-    )
+    return session.scalar(_TENANTS_JOB, {"job_id": jid, "tenant_id": tenant_id})
 
 
 def list_jobs(

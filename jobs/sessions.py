@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from jobs.tenancy import hash_token
@@ -47,15 +47,20 @@ class Credential:
     tenant: Tenant
 
 
+# Built once: every API request runs it, and building the statement and its cache key per call was a
+# tenth of a status poll's CPU (bench/ceiling.py's poll).
+_LIVE_TOKEN = (
+    select(ApiToken, Tenant)
+    .join(Tenant, Tenant.id == ApiToken.tenant_id)
+    .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None))
+)
+
+
 def live_token(session: Session, token: str) -> Credential | None:
     """The live (not revoked) token with this secret, with its tenant; None for unknown or revoked."""
     if not token:
         return None
-    row = session.execute(
-        select(ApiToken, Tenant)
-        .join(Tenant, Tenant.id == ApiToken.tenant_id)
-        .where(ApiToken.token_sha256 == hash_token(token), ApiToken.revoked_at.is_(None))
-    ).first()
+    row = session.execute(_LIVE_TOKEN, {"digest": hash_token(token)}).first()
     if row is None:
         return None
     return Credential(token=row[0], tenant=row[1])

@@ -84,6 +84,9 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
         sessions=make_session_factory(engine),
         celery=celery if celery is not None else producer_celery(settings),
         redis=redis,
+        reading_sessions=None
+        if url.startswith("sqlite")
+        else make_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
     )
     app.teardown_appcontext(close_db_session)
     register_error_handlers(app)
