@@ -107,6 +107,9 @@ class Settings:
     max_item_attempts: int = 4
     sweep_interval_s: float = 15.0
     worker_concurrency: int = 16
+    # How much a server-mode worker process lowers its own CPU priority (nice increment; 0 keeps it): batch
+    # work gives way to the web and the database on a host it shares with them (workers/priority.py).
+    worker_nice: int = 3
 
     # Data lifecycle (jobs/purge.py). An ended job's results are kept this many days (a tenant may set its
     # own, at most the maximum); then its items and per-attempt rows are purged in batches (usage rolled up
@@ -157,6 +160,8 @@ class Settings:
                 f"FACTGATE_RETENTION_DAYS must be from 1 to FACTGATE_RETENTION_MAX_DAYS "
                 f"({self.retention_max_days}), got {self.retention_days}"
             )
+        if not 0 <= self.worker_nice <= 19:
+            raise ValueError(f"FACTGATE_WORKER_NICE must be from 0 to 19, got {self.worker_nice}")
         if self.intake_defer_rows < 0:
             raise ValueError(f"FACTGATE_INTAKE_DEFER_ROWS must be 0 or more, got {self.intake_defer_rows}")
         if self.http_retry_base_s < 0:
@@ -247,6 +252,7 @@ class Settings:
             max_item_attempts=_int(e, "FACTGATE_MAX_ITEM_ATTEMPTS", 4),
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
             worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 16),
+            worker_nice=_int(e, "FACTGATE_WORKER_NICE", 3),
             retention_days=_int(e, "FACTGATE_RETENTION_DAYS", 30),
             retention_max_days=_int(e, "FACTGATE_RETENTION_MAX_DAYS", 365),
             purge_interval_s=_float(e, "FACTGATE_PURGE_INTERVAL_S", 300.0),

@@ -25,6 +25,7 @@ def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
     """
     app = producer_celery(settings)
     if with_tasks:
+        from workers import priority  # noqa: F401, PLC0415 - connects its worker_init handler
         from workers.bootsteps import (  # noqa: PLC0415 - workers only; producers skip it
             ConsumeWhileFitStep,
             DispatcherStep,
