@@ -158,9 +158,12 @@ class _Wire:
         endpoint: str,
         clock: Callable[[], float],
         arrival: Callable[[], object] | None = None,
+        holds: bool = False,
     ) -> None:
         self._gate = gate
         self._arrival = arrival
+        self._holds = holds  # the transport holds the request's bytes until its body is complete
+        self.renewed = 0  # passes taken again (stale ones replaced before the write)
         self._endpoint = endpoint
         self._clock = clock
         self._left: Callable[[], object] | None = None
@@ -179,6 +182,7 @@ class _Wire:
             finally:
                 self.held_s += max(0.0, self._clock() - entered)
         elif event.endswith(".send_request_body.complete"):
+            self._renew_if_stale()
             if self._left is not None and self._arrival is not None:
                 # Reported once the peer has the whole request (clients/wire_ack.py): written is not yet
                 # arrived when a queue (a slow link) sits between this socket and the upstream.
@@ -189,6 +193,28 @@ class _Wire:
                         "could not tell when the request arrived; the write time stands", exc_info=True
                     )
             self.done()
+
+    def _renew_if_stale(self) -> None:
+        """Pass the gate again when the pass went stale before the request was written (a process stopped
+        or stalled past the gate's in-flight bound, `RateLimiter.pass_fresh`). Only with a stream that holds
+        the request until now (clients/wire_ack.py, the client's own transport: `_holds`): then no byte of
+        it has left, and the old pass is reported as gone, which only makes the gate stricter for a while."""
+        fresh = getattr(self._left, "fresh", None)
+        if not self._holds or fresh is None or fresh():
+            return
+        logger.warning(
+            "%s: the wire gate's pass went stale before the request was written (a stall); passing again",
+            self._endpoint,
+        )
+        self.done()
+        entered = self._clock()
+        try:
+            self._left = self._gate(self._endpoint)
+        except Exception as exc:
+            raise _GateStopped(exc) from exc
+        finally:
+            self.held_s += max(0.0, self._clock() - entered)
+        self.renewed += 1
 
     def done(self) -> None:
         """Report the request as gone (once). Also run when the attempt ends otherwise — a write that
@@ -288,6 +314,9 @@ class PerplexityClient:
         # (ours and httpx's defaults) and the default timeout, settled once for `_post`. A given transport
         # is shared by every thread; httpx's own is made once per thread (`_transport`).
         self._shared = None if own_transport else self._endpoint_transports(self._http)
+        # httpx's own transport here holds a request's bytes until its body is complete (clients/wire_ack.py),
+        # so a stale gate pass can still be replaced before anything is written (`_Wire._renew_if_stale`).
+        self._holds = own_transport and before_send is not None
         self._local = threading.local()
         self._per_thread: list[tuple[weakref.ref[threading.Thread], httpx.Client]] = []
         self._per_thread_lock = threading.Lock()
@@ -424,7 +453,7 @@ class PerplexityClient:
             wire = (
                 None
                 if self._before_send is None
-                else _Wire(self._before_send, endpoint, self._clock, self._arrival)
+                else _Wire(self._before_send, endpoint, self._clock, self._arrival, self._holds)
             )
             try:
                 try:

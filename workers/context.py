@@ -26,7 +26,7 @@ from jobs.keyring import keyring_for
 from jobs.tenancy import TenantKey, tenant_key
 from models import make_engine, make_session_factory
 from workers.leases import LeaseKeeper
-from workers.limiter import LimiterTimeout, RateLimiter, scope_for, with_headroom
+from workers.limiter import LimiterTimeout, RateLimiter, WirePass, scope_for, with_headroom
 from workers.metrics import embedded_redis
 from workers.signals import LimiterWaits, record_throttled
 
@@ -152,6 +152,21 @@ class UnlimitedScopes:
         self._seen.pop(scope, None)
 
 
+class WireTicket:
+    """What the client holds for a request that passed the wire gate: called once the request is gone
+    (`RateLimiter.left_wire`); `fresh()` says whether it may still be written on (`pass_fresh`)."""
+
+    def __init__(self, limiter: RateLimiter, wire_pass: WirePass) -> None:
+        self._limiter = limiter
+        self._pass = wire_pass
+
+    def __call__(self) -> int:
+        return self._limiter.left_wire(self._pass)
+
+    def fresh(self) -> bool:
+        return self._limiter.pass_fresh(self._pass)
+
+
 def make_client(
     settings: Settings,
     key: str | None,
@@ -195,7 +210,7 @@ def make_client(
             return None
         if wire.waited > 0:
             waits.record_wire_held(endpoint, wire.waited)
-        return lambda: limiter.left_wire(wire)
+        return WireTicket(limiter, wire)
 
     def on_throttled(endpoint: str, wait_s: float) -> None:
         limiter.block(scope_for(scope_key, endpoint), wait_s)

@@ -194,6 +194,9 @@ _MAX_WAIT_US: Final = 10 * 365 * 24 * 3600 * _US
 # 4 s); the bound only matters for a process that dies between the gate and its report: its entry holds
 # one of the window's places for this long plus the window.
 DEFAULT_IN_FLIGHT_S: Final = 5.0
+# A pass older than the in-flight bound less this is not written on (`RateLimiter.pass_fresh`): the time
+# left covers the write and its way to the upstream, with room.
+PASS_SLACK_S: Final = 1.0
 # How much more one request's time from "written" to "counted upstream" (network, the upstream's own
 # accepting and parsing) may exceed that of a request sent a window later (docs/architecture.md, the wire
 # gate). 5 ms drew one 429 in about fifteen runs against the simulator, whose request passes two Python
@@ -536,6 +539,17 @@ class RateLimiter:
                 raise LimiterTimeout(scope, waited_us / _US)
             self._sleep(wait_us / _US)
             waited_us += wait_us
+
+    def pass_fresh(self, wire_pass: WirePass) -> bool:
+        """Whether the request of `wire_pass` may still be written on it: its entry counts it as in flight
+        (up to the gate's in-flight bound from the gate) for well beyond now.
+
+        Why: a process stopped between the gate and the write (SIGSTOP, a frozen VM, a long stall) past that
+        bound would write a request the log no longer counts — the one way our own delays could still draw
+        a 429 (the multi-host drill's smoke scenario pauses the leader 6 s: one 429 in most runs). The client
+        holds a request's bytes until the body is complete (clients/wire_ack.py), so a stale pass is
+        replaced by a new one (`clients/perplexity.py:_Wire`) before any byte is written."""
+        return self._clock() - wire_pass.called_at < self._in_flight_us / _US - PASS_SLACK_S
 
     def left_wire(self, wire_pass: WirePass) -> int:
         """Record that the request of `wire_pass` has been written (or may have been: call it whenever the

@@ -1016,3 +1016,74 @@ def test_each_thread_keeps_its_own_connection_and_close_ends_them_all() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_gate_pass_gone_stale_before_the_write_is_replaced_and_nothing_was_sent_on_it() -> None:
+    # A stall between the gate and the write (workers/limiter.py:pass_fresh): the client's own transport
+    # holds the request until its body is complete, so the gate is asked again before any byte leaves; the
+    # stale pass is reported (stricter, never looser) and the request goes once, on the new pass.
+    import http.server
+    import threading
+
+    events: list[str] = []
+    arrived: list[int] = []
+
+    class Upstream(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # the stdlib handler names its methods so
+            self.rfile.read(int(self.headers["Content-Length"]))
+            arrived.append(len(events))
+            body = json.dumps(ok_decision(0.9)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    class Ticket:
+        def __init__(self, n: int, fresh: bool) -> None:
+            self.n, self._fresh = n, fresh
+
+        def __call__(self) -> None:
+            events.append(f"left {self.n}")
+
+        def fresh(self) -> bool:
+            events.append(f"fresh? {self.n}")
+            return self._fresh
+
+    def gate(endpoint: str) -> Ticket:
+        n = sum(e.startswith("gate") for e in events) + 1
+        events.append(f"gate {n}")
+        return Ticket(n, fresh=n > 1)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        with PerplexityClient(f"http://127.0.0.1:{server.server_port}", KEY, before_send=gate) as client:
+            client.decide(claim_body())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert events == ["gate 1", "fresh? 1", "left 1", "gate 2", "left 2"]
+    assert len(arrived) == 1 and arrived[0] >= 4  # one request, on the wire only after the second pass
+
+
+def test_a_given_transport_never_renews_a_pass() -> None:
+    # A transport the client did not build may have written the headers already: nothing to take back.
+    h = Harness()
+    h.replies = [traced(httpx.Response(200, json=ok_decision()), h.events)]
+
+    class Stale:
+        def __call__(self) -> None:
+            h.events.append("left")
+
+        def fresh(self) -> bool:
+            raise AssertionError("asked with a transport that does not hold the request")
+
+    h.client(before_send=lambda e: Stale()).decide(claim_body())
+    assert h.events[-1] == "left"

@@ -28,7 +28,14 @@ from fakeredis.commands_mixins import server_mixin
 
 from config import Settings
 from simulator.limits import RateLimiter as UpstreamLimiter
-from workers.limiter import LimiterTimeout, RateLimiter, UpstreamWindow, WirePass
+from workers.limiter import (
+    DEFAULT_IN_FLIGHT_S,
+    PASS_SLACK_S,
+    LimiterTimeout,
+    RateLimiter,
+    UpstreamWindow,
+    WirePass,
+)
 
 US = 1_000_000
 RATE = 10.0
@@ -224,6 +231,33 @@ def test_left_wire_records_the_tighter_of_its_own_bound_and_redis_now(
     shifted = dataclasses.replace(late, called_at=late.called_at - 1.0)
     # A caller whose own clock says more than Redis' does: Redis' now (never later than the report) wins.
     assert limiter.left_wire(shifted) == late.passed_us
+
+
+def test_a_pass_stalled_past_the_in_flight_bound_is_not_fresh_and_would_have_drawn_a_429(
+    limiter: RateLimiter, clock: SimClock
+) -> None:
+    # A request passes, then its process stops before writing (SIGSTOP, a frozen VM) past the in-flight
+    # bound: its entry ages out, a full window of others goes meanwhile, and written now on the old pass it
+    # would be the upstream's eleventh in one second. The pass is not fresh by then, so the client asks the
+    # gate again instead (clients/perplexity.py:_Wire).
+    s = scope()
+    stalled = limiter.enter_wire(s, RATE)
+    assert stalled is not None and limiter.pass_fresh(stalled)
+    clock.run_until(clock.now + DEFAULT_IN_FLIGHT_S - PASS_SLACK_S - 0.01)
+    assert limiter.pass_fresh(stalled)
+    clock.run_until(clock.now + 0.02)
+    assert not limiter.pass_fresh(stalled)
+    clock.run_until(clock.now + 1.5)  # the stop goes on past the bound + the window: its entry is gone
+    others = []
+    for _ in range(10):
+        wire = limiter.enter_wire(s, RATE, max_wait_s=10.0)
+        assert wire is not None
+        others.append(clock.now)
+        limiter.left_wire(wire)
+    assert upstream_refusals([*others, clock.now]) == 1  # the stale pass written now: a 429
+    renewed = limiter.enter_wire(s, RATE, max_wait_s=10.0)  # what the client does instead
+    assert renewed is not None and limiter.pass_fresh(renewed)
+    assert upstream_refusals([*others, clock.now]) == 0
 
 
 def test_a_429_block_holds_at_the_gate_too(limiter: RateLimiter, clock: SimClock) -> None:
