@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from models import autocommit_scope
 
@@ -40,6 +40,7 @@ class DriverConnection:
 
     pooled: PoolProxiedConnection
     dialect: Dialect
+    pool: Pool
 
     @property
     def raw(self) -> psycopg.Connection[Any]:
@@ -54,14 +55,27 @@ Executor = Session | Connection | DriverConnection
 
 @contextmanager
 def _driver_autocommit(engine: Engine) -> Iterator[DriverConnection]:
-    pooled = engine.raw_connection()
     try:
-        conn = DriverConnection(pooled, engine.dialect)
+        pooled = engine.raw_connection()
+    except psycopg.Error as exc:
+        # `Engine.raw_connection` lets the driver's own error out where `Engine.connect` wraps it: wrapped the
+        # same way here, a database that refuses connections (restarting) stays an infrastructure fault that
+        # callers retry, not a statement the database refused (the drill's postgres-restart failed items
+        # and stalled 28 s before this).
+        raise DBAPIError.instance(None, None, exc, psycopg.Error, dialect=engine.dialect) from exc
+    conn = DriverConnection(pooled, engine.dialect, engine.pool)
+    try:
         conn.raw.autocommit = True
         yield conn
-        if not conn.raw.closed:
-            conn.raw.autocommit = False
     finally:
+        # Back in the pool's transactional mode whatever happened (a session that gets this connection
+        # next must not find it committing every statement); a connection that cannot be set is dropped.
+        if pooled.is_valid:
+            try:
+                if not conn.raw.closed and conn.raw.autocommit:
+                    conn.raw.autocommit = False
+            except psycopg.Error as exc:
+                pooled.invalidate(exc)
         pooled.close()
 
 
@@ -109,7 +123,15 @@ def on_driver(conn: Connection | DriverConnection, sql: str, params: dict[str, A
     except psycopg.Error as exc:
         gone = conn.dialect.is_disconnect(cast(Any, exc), pooled, None)
         if gone:
-            conn.invalidate(exc) if isinstance(conn, Connection) else pooled.invalidate(exc)
+            # As SQLAlchemy does on a disconnect: every connection the pool made before this one is stale
+            # too (the server restarted, or the network between dropped them all), so each is replaced at
+            # its next checkout instead of failing once first. Without this, after a Postgres restart each
+            # of a worker's pooled connections failed a claim, a settle or a dispatcher tick in turn (the
+            # drill's postgres-restart: a 28 s stall, two answered calls not stored).
+            pool = conn.pool if isinstance(conn, DriverConnection) else conn.engine.pool
+            pool._invalidate(pooled, exc)  # private: what Connection._handle_dbapi_exception calls
+            if isinstance(conn, Connection):
+                conn.invalidate(exc)
         raise DBAPIError.instance(
             sql, params, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
         ) from exc

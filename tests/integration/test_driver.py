@@ -67,3 +67,53 @@ def test_a_dropped_connection_is_invalidated_and_replaced(engine: Engine) -> Non
         assert isinstance(conn, DriverConnection)
         assert on_driver(conn, "SELECT 1", {}).fetchone() == (1,)
         assert conn.raw.info.backend_pid != dead
+
+
+def test_a_disconnect_replaces_every_older_pooled_connection_not_only_its_own() -> None:
+    # After a Postgres restart every pooled connection is dead. The first statement to meet one fails (an
+    # infrastructure fault, retried by the caller); the next checkout must not hand out another dead one.
+    with fresh_database() as (url, _engine):
+        engine = make_engine(url, pool_size=3, max_overflow=0)
+        try:
+            held = [engine.raw_connection() for _ in range(3)]
+            pids = [c.driver_connection.info.backend_pid for c in held]  # type: ignore[union-attr]
+            for c in held:
+                c.close()
+            admin = make_engine(url)
+            try:
+                with admin.connect() as c:
+                    for pid in pids:
+                        c.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                    c.commit()
+            finally:
+                admin.dispose()
+            with pytest.raises(DBAPIError), statement_scope(engine) as conn:
+                on_driver(conn, "SELECT 1", {})
+            for _ in range(3):  # each of them fresh now, none of the other two dead ones
+                with statement_scope(engine) as conn:
+                    assert on_driver(conn, "SELECT 1", {}).fetchone() == (1,)
+        finally:
+            engine.dispose()
+
+
+def test_a_statement_that_fails_leaves_the_connection_transactional(engine: Engine) -> None:
+    with pytest.raises(DBAPIError), statement_scope(engine) as conn:
+        on_driver(conn, "SELECT no_such_column FROM pg_class", {})
+    with make_session_factory(engine)() as s:
+        assert s.connection().connection.driver_connection.autocommit is False
+
+
+def test_a_database_that_refuses_connections_is_an_infrastructure_fault() -> None:
+    # The pool's own connect lets psycopg's error out; the scope wraps it as Engine.connect would, so the
+    # callers' retries (workers/faults.py) see a database that is away, not a statement it refused.
+    from workers.faults import is_infrastructure_fault
+
+    engine = make_engine(
+        "postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 2}
+    )
+    try:
+        with pytest.raises(DBAPIError) as caught, statement_scope(engine):
+            pass
+    finally:
+        engine.dispose()
+    assert database_unreachable(caught.value) and is_infrastructure_fault(caught.value)
