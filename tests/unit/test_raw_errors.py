@@ -40,3 +40,18 @@ def test_installing_replaces_gunicorns_html_writer() -> None:
         assert util.write_error is write_json_error
     finally:
         util.write_error = original
+
+
+def test_a_gunicorn_worker_freezes_its_start_up_objects_once_the_app_is_loaded() -> None:
+    # web/gunicorn_conf.py:post_worker_init, in a child process (freezing is for the life of a process).
+    import subprocess
+    import sys
+
+    child = (
+        "import gc, web.gunicorn_conf as conf; before = gc.get_freeze_count(); "
+        "conf.post_worker_init(None); print(before, gc.get_freeze_count())"
+    )
+    before, after = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert int(before) == 0 and int(after) > 10_000
