@@ -174,13 +174,7 @@ class _Wire:
         if event.endswith(".send_request_headers.started"):
             self.done()  # never two open passes for one attempt
             forget_written()
-            entered = self._clock()
-            try:
-                self._left = self._gate(self._endpoint)
-            except Exception as exc:
-                raise _GateStopped(exc) from exc
-            finally:
-                self.held_s += max(0.0, self._clock() - entered)
+            self._pass_gate()
         elif event.endswith(".send_request_body.complete"):
             self._renew_if_stale()
             if self._left is not None and self._arrival is not None:
@@ -207,6 +201,11 @@ class _Wire:
             self._endpoint,
         )
         self.done()
+        self._pass_gate()
+        self.renewed += 1
+
+    def _pass_gate(self) -> None:
+        """Wait at the gate for this attempt's pass; the wait counts as held (queue), not latency."""
         entered = self._clock()
         try:
             self._left = self._gate(self._endpoint)
@@ -214,7 +213,6 @@ class _Wire:
             raise _GateStopped(exc) from exc
         finally:
             self.held_s += max(0.0, self._clock() - entered)
-        self.renewed += 1
 
     def done(self) -> None:
         """Report the request as gone (once). Also run when the attempt ends otherwise — a write that

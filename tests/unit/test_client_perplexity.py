@@ -18,7 +18,8 @@ import email.utils
 import json
 import logging
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -928,59 +929,19 @@ def test_each_post_carries_the_clients_headers_and_no_cookie_it_was_given() -> N
     assert second.extensions["timeout"] == httpx.Timeout(7.5).as_dict()
 
 
-def test_a_proxy_the_environment_names_carries_the_posts(monkeypatch: pytest.MonkeyPatch) -> None:
-    # What httpx.Client.send would have done per request (its mounts for HTTP_PROXY and the like), the
-    # client settles once per endpoint: a deployment behind an egress proxy keeps working.
+@contextmanager
+def local_upstream(on_post: Callable[[Any], None], *, keep_alive: bool = False) -> Iterator[int]:
+    """A real HTTP server on loopback answering every POST with a decision (`on_post` sees each request's
+    handler first); yields its port. Keep-alive as the real API when asked (HTTP/1.1)."""
     import http.server
     import threading
-
-    seen: list[str] = []
-
-    class Proxy(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # the stdlib handler names its methods so
-            seen.append(self.path)  # absolute-form: the proxy is told where the request goes
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps(ok_decision(0.9)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_port}")
-        monkeypatch.delenv("NO_PROXY", raising=False)
-        monkeypatch.delenv("no_proxy", raising=False)
-        with PerplexityClient("http://api.example.test", KEY, sleep=lambda _s: None) as client:
-            decision = client.decide(claim_body())
-        assert seen == ["http://api.example.test/v1/decisions"]
-        assert decision.answers["is_true"].noul == 0.9
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def test_each_thread_keeps_its_own_connection_and_close_ends_them_all() -> None:
-    # httpx's own transport is made once per thread (PerplexityClient._transport): a thread's requests reuse
-    # its one connection, another thread has its own, a thread that ended gives its pool back, and close()
-    # closes every pool.
-    import http.server
-    import threading
-
-    ports: list[int] = []
 
     class Upstream(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the real API
+        protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
 
         def do_POST(self) -> None:  # the stdlib handler names its methods so
-            ports.append(self.client_address[1])
             self.rfile.read(int(self.headers["Content-Length"]))
+            on_post(self)
             body = json.dumps(ok_decision(0.9)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -995,7 +956,35 @@ def test_each_thread_keeps_its_own_connection_and_close_ends_them_all() -> None:
     serving = threading.Thread(target=server.serve_forever, daemon=True)
     serving.start()
     try:
-        client = PerplexityClient(f"http://127.0.0.1:{server.server_port}", KEY, max_retries=0)
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_proxy_the_environment_names_carries_the_posts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What httpx.Client.send would have done per request (its mounts for HTTP_PROXY and the like), the
+    # client settles once per endpoint: a deployment behind an egress proxy keeps working.
+    seen: list[str] = []  # absolute-form: the proxy is told where the request goes
+    with local_upstream(lambda handler: seen.append(handler.path)) as port:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        with PerplexityClient("http://api.example.test", KEY, sleep=lambda _s: None) as client:
+            decision = client.decide(claim_body())
+    assert seen == ["http://api.example.test/v1/decisions"]
+    assert decision.answers["is_true"].noul == 0.9
+
+
+def test_each_thread_keeps_its_own_connection_and_close_ends_them_all() -> None:
+    # httpx's own transport is made once per thread (PerplexityClient._transport): a thread's requests reuse
+    # its one connection, another thread has its own, a thread that ended gives its pool back, and close()
+    # closes every pool.
+    import threading
+
+    ports: list[int] = []
+    with local_upstream(lambda handler: ports.append(handler.client_address[1]), keep_alive=True) as port:
+        client = PerplexityClient(f"http://127.0.0.1:{port}", KEY, max_retries=0)
         client.decide(claim_body())
         client.decide(claim_body())
         other = threading.Thread(target=lambda: (client.decide(claim_body()), client.decide(claim_body())))
@@ -1013,36 +1002,14 @@ def test_each_thread_keeps_its_own_connection_and_close_ends_them_all() -> None:
         assert all(http.is_closed for http in pools)
         with pytest.raises(RuntimeError, match="closed"):
             client.decide(claim_body())
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_gate_pass_gone_stale_before_the_write_is_replaced_and_nothing_was_sent_on_it() -> None:
     # A stall between the gate and the write (workers/limiter.py:pass_fresh): the client's own transport
     # holds the request until its body is complete, so the gate is asked again before any byte leaves; the
     # stale pass is reported (stricter, never looser) and the request goes once, on the new pass.
-    import http.server
-    import threading
-
     events: list[str] = []
     arrived: list[int] = []
-
-    class Upstream(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # the stdlib handler names its methods so
-            self.rfile.read(int(self.headers["Content-Length"]))
-            arrived.append(len(events))
-            body = json.dumps(ok_decision(0.9)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass
 
     class Ticket:
         def __init__(self, n: int, fresh: bool) -> None:
@@ -1060,15 +1027,11 @@ def test_a_gate_pass_gone_stale_before_the_write_is_replaced_and_nothing_was_sen
         events.append(f"gate {n}")
         return Ticket(n, fresh=n > 1)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
-    serving.start()
-    try:
-        with PerplexityClient(f"http://127.0.0.1:{server.server_port}", KEY, before_send=gate) as client:
-            client.decide(claim_body())
-    finally:
-        server.shutdown()
-        server.server_close()
+    with (
+        local_upstream(lambda _handler: arrived.append(len(events)), keep_alive=True) as port,
+        PerplexityClient(f"http://127.0.0.1:{port}", KEY, before_send=gate) as client,
+    ):
+        client.decide(claim_body())
     assert events == ["gate 1", "fresh? 1", "left 1", "gate 2", "left 2"]
     assert len(arrived) == 1 and arrived[0] >= 4  # one request, on the wire only after the second pass
 
