@@ -23,6 +23,7 @@ import httpx
 from tenacity import RetryCallState, Retrying, nap, retry_if_result, stop_after_delay
 
 from cli.errors import CliError, InputError
+from clients.tls import trust_store
 
 NDJSON = "application/x-ndjson"
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -84,6 +85,7 @@ class ApiClient:
             headers={"Authorization": f"Bearer {token}", "User-Agent": "factgate-cli"},
             timeout=TIMEOUT,
             transport=transport,
+            verify=trust_store(),
         )
 
     def close(self) -> None:

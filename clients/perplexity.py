@@ -34,6 +34,7 @@ from clients.redaction import one_line, redact
 from clients.results import AgentAnswer, Decision, SearchResponse
 from clients.retry import RetryPolicy, retryable_exception, retryable_status
 from clients.sanitize import ERROR, REQUEST_ID, clean, storable_chars
+from clients.tls import trust_store
 from clients.validation import MalformedResponseError, validate_agent, validate_decision, validate_search
 from clients.wire_ack import acking_transport, await_arrival, forget_written
 
@@ -292,13 +293,16 @@ class PerplexityClient:
             "Content-Type": "application/json",
         }
 
+        own_wire = own_transport and before_send is not None
+
         def http_client() -> httpx.Client:
             return httpx.Client(
                 base_url=base,
                 headers=headers,
                 timeout=timeout,
-                transport=acking_transport() if own_transport and before_send is not None else transport,
+                transport=acking_transport(verify=trust_store()) if own_wire else transport,
                 follow_redirects=False,
+                verify=trust_store(),
             )
 
         self._http_client = http_client

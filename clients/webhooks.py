@@ -28,6 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from clients.tls import trust_store
+
 USER_AGENT = "factgate-webhooks/1"
 MAX_ERROR_CHARS = 500
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
@@ -204,7 +206,11 @@ def send(
     try:
         with (
             httpx.Client(
-                timeout=timeout, follow_redirects=False, trust_env=False, transport=transport, verify=verify
+                timeout=timeout,
+                follow_redirects=False,
+                trust_env=False,
+                transport=transport,
+                verify=trust_store() if verify is True else verify,
             ) as client,
             client.stream(
                 "POST", target.url, content=body, headers=request_headers, extensions=extensions
