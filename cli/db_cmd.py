@@ -40,7 +40,7 @@ def cli_sessions() -> object:
     if settings.embedded:
         import migrations
 
-        migrations.upgrade(settings.effective_database_url())
+        migrations.ensure_current(settings.effective_database_url())
     return make_session_factory(make_engine(settings.effective_database_url()))
 
 

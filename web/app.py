@@ -33,6 +33,7 @@ from web.kinds import require_all
 from web.metrics import init_app as init_metrics
 from web.pages import init_pages
 from web.session import EXTENSION, WebResources, close_db_session
+from web.template_code import TEMPLATE_CODE
 from workers.api import producer_celery
 
 HEALTH_TIMEOUT_S = float(READY_TIMEOUT_S)  # Redis socket timeouts: a readiness ping must not hang
@@ -58,7 +59,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
     require_all()  # every kind has its pages and its state changes, or the app does not start
     url = settings.effective_database_url()
     if url.startswith("sqlite"):
-        migrations.upgrade(url)
+        migrations.ensure_current(url)
     engine = make_engine(url)
     redis = None
     if settings.redis_url:
@@ -68,6 +69,8 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
         )
 
     app = Flask(__name__)
+    # Compiled templates outlive the app: see web/template_code.py.
+    app.jinja_options = {**app.jinja_options, "bytecode_cache": TEMPLATE_CODE}
     if settings.trust_proxy:
         hops = settings.trust_proxy
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]

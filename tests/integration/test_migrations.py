@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -61,3 +62,27 @@ def test_postgres_upgrade_downgrade_upgrade() -> None:
 def test_single_head() -> None:
     script = ScriptDirectory.from_config(migrations.alembic_config("sqlite://"))
     assert len(script.get_heads()) == 1
+
+
+def test_ensure_current_upgrades_a_new_or_older_database_and_skips_one_at_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'e.db'}"  # its directory is made too
+    engine = make_engine(url)
+    try:
+        migrations.ensure_current(url)  # a new file (in a new directory): the whole schema
+        assert TABLES <= set(inspect(engine).get_table_names())
+        migrations.downgrade(url, "0006")
+        migrations.ensure_current(url)  # an older revision: brought to the head
+        with engine.connect() as conn:
+            current = set(MigrationContext.configure(conn).get_current_heads())
+        assert current == set(ScriptDirectory(str(migrations.HERE)).get_heads())
+        assert migrations.head_revisions() == tuple(sorted(current))
+
+        def refuse(*_args: object) -> None:
+            raise AssertionError("a database at the head was migrated again")
+
+        monkeypatch.setattr(migrations, "upgrade", refuse)
+        migrations.ensure_current(url)  # at the head: one read of the version table, no upgrade
+    finally:
+        engine.dispose()
