@@ -17,8 +17,10 @@ import httpx
 
 
 @functools.cache
-def trust_store() -> ssl.SSLContext:
+def trust_store(*, trust_env: bool = True) -> ssl.SSLContext:
     """The process's client-side TLS context (verifying certificates and host names, as httpx's default).
 
-    Two threads asking first may both build one; either is right and one is kept."""
-    return httpx.create_ssl_context()
+    `trust_env=False` is the one that ignores `SSL_CERT_FILE` / `SSL_CERT_DIR`, for a client made with
+    httpx's `trust_env=False` (the webhook sender: nothing from the environment steers where it connects
+    or whom it trusts). Two threads asking first may both build one; either is right and one is kept."""
+    return httpx.create_ssl_context(trust_env=trust_env)

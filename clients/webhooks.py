@@ -210,7 +210,7 @@ def send(
                 follow_redirects=False,
                 trust_env=False,
                 transport=transport,
-                verify=trust_store() if verify is True else verify,
+                verify=trust_store(trust_env=False) if verify is True else verify,
             ) as client,
             client.stream(
                 "POST", target.url, content=body, headers=request_headers, extensions=extensions

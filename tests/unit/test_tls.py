@@ -37,6 +37,7 @@ def contexts_built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ssl.SSLCont
 def test_the_trust_store_verifies_like_httpx_default() -> None:
     context = trust_store()
     assert context is trust_store()
+    assert trust_store(trust_env=False) is trust_store(trust_env=False) is not context  # the webhooks' own
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     assert context.cert_store_stats()["x509_ca"] > 0  # a CA bundle is loaded
 
