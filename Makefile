@@ -108,12 +108,12 @@ demo: install ## the 24 reference claims, then the example answers' citations, e
 # The multi-host fault drill (scripts/drill/run.py, docs/operations.md "The multi-host drill"): network
 # namespaces as hosts, its own Postgres and Redis, one fault per job; one line per scenario, non-zero exit
 # when one does not hold; Redis runs with Sentinels (one plain server with --quick). Needs root and Debian's
-# iptables (installed here when missing).
+# iptables (installed here when missing, by scripts/apt_install.sh: one apt at a time, as CI installs chromium
+# at the same moment).
 # DRILL_ARGS=--quick runs the short smoke scenario alone; DRILL_ARGS="--only slow-link" picks scenarios.
 DRILL_ARGS ?=
 drill: install ## the multi-host fault drill (root; ~6 min; DRILL_ARGS=--quick: the ~1 min smoke run)
-	@command -v iptables >/dev/null || { apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; }
+	@command -v iptables >/dev/null || bash scripts/apt_install.sh iptables >/dev/null
 	$(PY) -m scripts.drill.run $(DRILL_ARGS)
 
 .PHONY: help install services browser warm test coverage unit lint hooks fmt demo axe drill

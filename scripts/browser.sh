@@ -12,14 +12,8 @@ if [ -x "$CHROMIUM" ]; then
   exit 0
 fi
 
-run_as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else return 1; fi
-}
-
 echo "browser: installing Debian's chromium for the e2e test"
-if run_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-  && run_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
-  && [ -x "$CHROMIUM" ]; then
+if bash "$(dirname "$0")/apt_install.sh" --no-install-recommends chromium && [ -x "$CHROMIUM" ]; then
   exit 0
 fi
 
