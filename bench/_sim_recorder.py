@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -28,6 +29,9 @@ from simulator.app import create_app, simulator_state
 from simulator.config import SimConfig
 from simulator.limits import RateLimiter
 from simulator.server import run_in_thread
+
+# How long a thread that holds the GIL may keep it once another asks (`stand_apart`).
+SWITCH_INTERVAL_S = 0.0005
 
 
 class RecordingLimiter(RateLimiter):
@@ -62,20 +66,34 @@ class RecordingLimiter(RateLimiter):
 
 def stand_apart() -> str:
     """Run this process's threads ahead of everything else on the host (round-robin real-time priority),
-    so that it stands in for an upstream on machines of its own; returns what it got.
+    and hand its GIL over promptly, so that it stands in for an upstream on machines of its own; returns
+    what it got.
 
-    Why: the real API is not slowed down by our host. A simulator sharing a busy 2-core host with the
-    stack (and with `--cpu-hog`) would stamp a request as arrived only when its own threads next got a
-    core — measured at up to 150 ms late under two CPU hogs — and that delay, not ours, would decide the
-    window. At real-time priority it gets a core as soon as a request comes in. It uses ~2 ms of CPU per
-    request, and the kernel caps real-time threads at 95 % of each second anyway. Threads started after
-    this call inherit the policy. Without the privilege (not root) it runs as before and says so.
+    Why: the real API is not slowed down by our host, nor by our stand-in's interpreter. A simulator
+    sharing a busy 2-core host with the stack (and with `--cpu-hog`) would stamp a request as arrived only
+    when its own threads next got a core — measured at up to 150 ms late under two CPU hogs — and that
+    delay, not ours, would decide the window. At real-time priority it gets a core as soon as a request
+    comes in. It uses ~2 ms of CPU per request, and the kernel caps real-time threads at 95 % of each
+    second anyway. Threads started after this call inherit the policy. Without the privilege (not root)
+    it runs as before and says so.
+
+    The request then still waits for the GIL twice (waitress' loop thread reads it, a handler thread
+    judges it), and a thread that wants the GIL asks its holder to drop it only after the switch
+    interval, 5 ms by default: three or four such hand-overs in a row stamped one request 28 ms after it
+    was in the simulator's socket, more than the limiter's 10 ms arrival margin, and the window it closed
+    drew a 429 (`at_limit.py --cpu-hog 2`, one run in four). Matched against the workers' own send times,
+    the stamp came up to 9.4 ms after the request was in the socket at 5 ms, and up to 2.3 ms at 0.5 ms.
     """
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    interval = f"GIL switch interval {SWITCH_INTERVAL_S * 1000:g} ms"
     try:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(10))
     except (AttributeError, PermissionError, OSError) as exc:
-        return f"normal priority ({type(exc).__name__}: its own scheduling delay counts as arrival jitter)"
-    return "real-time priority (SCHED_RR 10)"
+        return (
+            f"normal priority ({type(exc).__name__}: its own scheduling delay counts as arrival jitter), "
+            f"{interval}"
+        )
+    return f"real-time priority (SCHED_RR 10), {interval}"
 
 
 def main() -> None:
