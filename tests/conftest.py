@@ -6,6 +6,7 @@ files are copies of one migrated once per session. Under xdist each worker has i
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Iterator
@@ -55,6 +56,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers = int(config.workerinput.get("workercount", 1))
     rank = positions(interleave(list(modules.values()), workers))
     items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
+
+
+_frozen_module: list[str] = [""]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection allocated (every module of the product and the suite, the apps they build at
+    import, ~2,000 test items) out of the garbage collector's reach, as the worker does at start
+    (workers/bootsteps.py: `_freeze_startup_objects`)."""
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """When a test module starts (in the process that runs it), collect what earlier modules left dead,
+    then move what is still alive (session fixtures, caches) out of the garbage collector's reach too.
+
+    Why: each full collection traversed every live object of the session again. Measured with gc
+    callbacks in a `make test` run, the four xdist workers spent 19 s of their ~90 s of CPU collecting
+    garbage, 14 s of it in about 15 full collections each (~0.3 s apiece), and the suite is CPU-bound on
+    two cores; frozen at each module, 14 s in all. A frozen object that dies later is never freed; the
+    session ends soon enough for that not to matter."""
+    module = item.nodeid.split("::", 1)[0]
+    if module != _frozen_module[0]:
+        _frozen_module[0] = module
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture(scope="session", autouse=True)
