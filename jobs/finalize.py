@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -68,16 +69,14 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         # the cancel itself. Ending the job now would race that build for the staged rows.
         return False
     now = utcnow()
-    cancelling = job.status == JobStatus.CANCELLING
-    moved = session.execute(
-        update(Job)
-        .where(
-            Job.id == job_id, Job.status.in_((JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.CANCELLING))
-        )
-        .values(status=JobStatus.FINALIZING, finalizing_at=now)
-    )
-    if not getattr(moved, "rowcount", 0):
-        return False  # someone else is finalizing it right now
+    # Whether it ends `cancelled` is decided by the row this UPDATE moves, never by `job` as read above: a
+    # cancel that commits in between (the CLI's `cancel` while the check's worker finalizes) left that copy
+    # saying in progress, and the job ended `completed`, its skipped items unexplained.
+    cancelling = _to_finalizing(session, job_id, (JobStatus.CANCELLING,), now)
+    if not cancelling and not _to_finalizing(session, job_id, (JobStatus.QUEUED, JobStatus.IN_PROGRESS), now):
+        # Someone else is finalizing it right now, or a cancel came after the first UPDATE: the cancel's
+        # own `finish_cancel` (and the sweeper's backstop) finalizes it.
+        return False
     session.refresh(job)
     try:
         values: dict[str, Any] = {"summary": None, "usage": usage_totals(session, job_id)}
@@ -107,6 +106,18 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
     log.info("job %s %s: %d items", job_id, values["status"], counts.total)
     _outbox(session, job)
     return True
+
+
+def _to_finalizing(
+    session: Session, job_id: uuid.UUID, statuses: tuple[JobStatus, ...], now: datetime
+) -> bool:
+    """Move the job to `finalizing` if it is in one of `statuses` now (one conditional UPDATE)."""
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(statuses))
+        .values(status=JobStatus.FINALIZING, finalizing_at=now)
+    )
+    return bool(getattr(moved, "rowcount", 0))
 
 
 def _outbox(session: Session, job: Job) -> None:

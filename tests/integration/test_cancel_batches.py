@@ -180,3 +180,22 @@ def test_a_small_cancel_skips_at_once_and_a_step_after_the_end_does_nothing(
         assert maybe_finalize(s, jid)
         assert cancel_step(s, jid) == 0  # a late finish_cancel of an ended job changes nothing
     assert web.job(jid).status == "cancelled"
+
+
+def test_a_cancel_committed_while_finalize_holds_an_older_copy_of_the_job_still_ends_it_cancelled(
+    web: WebEnv, caller: Caller
+) -> None:
+    """The embedded `factgate check` finalizes in its worker while `factgate cancel` runs in another process:
+    the finalizing session read the job (in progress) before the cancel committed, and found every item
+    ended after it (the cancel skipped them). The job is cancelled, however stale that session's copy."""
+    jid = uuid.UUID(web.submit(caller, ROWS, mode="both")["id"])
+    with session_scope(web.sessions) as s:
+        held = s.get(Job, jid)
+        assert held is not None and held.status != "cancelling"  # the copy the finalizing session holds
+        with session_scope(web.sessions) as other:  # the cancel, committed on another connection
+            other_job = other.get(Job, jid)
+            assert other_job is not None and control.cancel_job(other, other_job)
+        assert held.status != "cancelling"  # still the older copy
+        assert maybe_finalize(s, jid)
+    ended = web.client.get(f"/v1/jobs/{jid}", headers=caller.headers).get_json()
+    assert ended["status"] == "cancelled" and ended["request_counts"]["skipped"] == 6

@@ -181,7 +181,7 @@ def test_cancel_stops_a_running_local_job(env: dict[str, str], six_claims: Path)
     finally:
         kill_group(check)
     # The running check sees the cancel, prints the partial table and says so.
-    assert check.returncode == 1
+    assert check.returncode == 1, f"stdout:\n{out}\nstderr:\n{err}"
     assert "cancelled" in out and "was cancelled; the results above are partial" in err
 
 
