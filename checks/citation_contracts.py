@@ -15,6 +15,7 @@ from pydantic import Field
 
 from checks.answer_labels import Label
 from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract
+from checks.packing_audit import PackingAudit
 
 __all__ = [
     "CitationCutoffs",
@@ -238,3 +239,8 @@ class CitationsSummary(StoredContract):
     metrics: CitationMetrics
     cutoffs: CitationCutoffs
     request_counts: dict[str, int] | None = None
+    packing_audit: PackingAudit | None = Field(
+        default=None,
+        description="Packed sentences asked again one per request, compared (docs/spec.md §9.4); null when "
+        "the job packed nothing or audited nothing.",
+    )

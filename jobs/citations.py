@@ -33,9 +33,11 @@ from checks.citation_passages import plan_sentences
 from checks.citation_rows import CitationRow, stream_citation_rows
 from checks.citation_verdicts import judge, metrics_of
 from checks.contracts import ItemStatusName
-from checks.kinds.citations import ENTRY_STAGE, REWRITE_STAGE, SENTENCE_STAGE
+from checks.kinds.citations import AUDIT_STAGE, ENTRY_STAGE, REWRITE_STAGE, SENTENCE_STAGE, CitationsOptions
 from checks.ndjson import RowLine
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.packing import PackPlace, flash_warning, group_sentences
+from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.recipes import RowLimits
 from jobs import bulk_load
 from jobs.intake import UnitSpec
@@ -67,7 +69,15 @@ def citation_units(rows: Sequence[CitationRow], options: object) -> tuple[list[U
         UnitSpec(stage=ENTRY_STAGE, custom_id=row.id, mode="", input=row.entry.dump(), endpoint="decisions")
         for row in rows
     ]
-    return units, []
+    return units, _warnings(options)
+
+
+def _warnings(options: object) -> list[str]:
+    """The intake warnings a citations job's options earn (a flash model packed)."""
+    if not isinstance(options, CitationsOptions):
+        return []
+    flash = flash_warning(options.model, options.pack_size)
+    return [flash] if flash else []
 
 
 class _Stager:
@@ -98,7 +108,7 @@ def load_citation_rows(
     with bulk_load.StagedRows(session, job.id) as staged:
         stager = _Stager(staged, quota)
         stream_citation_rows(lines, stager, max_rows=limits.max_rows)
-    return Staged(rows=staged.count, items=stager.items, warnings=[])
+    return Staged(rows=staged.count, items=stager.items, warnings=_warnings(options))
 
 
 def build_citation_items(session: Session, job: Job) -> int:
@@ -172,15 +182,7 @@ def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]
             plans = plan_sentences(entry, misattribution=_misattribution(job))
         except gate.SplitError:
             return []  # the handler refused this answer already; nothing to score
-        return [
-            UnitSpec(
-                stage=SENTENCE_STAGE,
-                custom_id=f"{entry_item.custom_id}:s{p.number}",
-                mode="sentence",
-                input=p.dump(),
-            )
-            for p in plans
-        ]
+        return _sentence_units(job, entry_item, plans)
     if any(c.stage == REWRITE_STAGE for c in children):
         return []
     if (job.options or {}).get("review") != "agent" or not entry.question:
@@ -204,6 +206,87 @@ def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]
         )
         for i in chosen
     ]
+
+
+def _sentence_units(job: Job, entry_item: Item, plans: Sequence[SentencePlan]) -> list[UnitSpec]:
+    """One item per sentence, grouped into packs of the job's `pack_size` (a job stored before packing
+    has none: one request each, as it was sent then); for an audited answer, each packed sentence once
+    more on its own (docs/spec.md §9.4)."""
+    options = job.options or {}
+    pack_size = int(options.get("pack_size") or 1)
+    groups = group_sentences(plans, pack_size)
+    units: list[UnitSpec] = []
+    packed: list[SentencePlan] = []
+    for number, group in enumerate(groups):
+        for index in group:
+            p = plans[index]
+            units.append(
+                UnitSpec(
+                    stage=SENTENCE_STAGE,
+                    custom_id=f"{entry_item.custom_id}:s{p.number}",
+                    mode="sentence",
+                    input=p.dump(),
+                    pack=number if len(group) > 1 else None,
+                )
+            )
+            if len(group) > 1:
+                packed.append(p)
+    share = float(options.get("audit_share") or 0.0)
+    if packed and audited(entry_item.position, share):
+        units += [
+            UnitSpec(
+                stage=AUDIT_STAGE,
+                custom_id=f"{entry_item.custom_id}:a{p.number}",
+                mode="audit",
+                input=p.dump(),
+            )
+            for p in packed
+        ]
+    return units
+
+
+def _audit_part(
+    sentences: Sequence[Item], audits: Sequence[Item], cutoffs: CitationCutoffs, entry: CitationEntry
+) -> AuditPart | None:
+    """The answer's packed sentences that were also asked alone, compared (checks/packing_audit.py)."""
+    solo = {SentencePlan.read(a.input).number: a for a in audits if a.status == "done" and a.output}
+    pairs: list[AuditPair] = []
+    for item in sentences:
+        plan_ = SentencePlan.read(item.input)
+        place = PackPlace.of(item.output)
+        alone = solo.get(plan_.number)
+        if item.status != "done" or place is None or alone is None or alone.output is None:
+            continue
+        try:
+            packed_score = SentenceScore.read(item.output)
+            solo_score = SentenceScore.read(alone.output)
+            pairs.append(
+                AuditPair(
+                    position=place.position,
+                    packed=packed_score,
+                    solo=solo_score,
+                    packed_label=judge(plan_, packed_score, cutoffs, entry.sources).label,
+                    solo_label=judge(plan_, solo_score, cutoffs, entry.sources).label,
+                )
+            )
+        except ValueError:
+            continue  # an unusable answer is reported as the sentence's own error, not compared
+    return audit_part(pairs) if pairs else None
+
+
+def _requests(sentences: Sequence[Item]) -> int:
+    """Decisions requests that answered the scored sentences: a pack once, an unpacked sentence each."""
+    heads: set[int] = set()
+    alone = 0
+    for item in sentences:
+        if item.status != "done":
+            continue
+        place = PackPlace.of(item.output)
+        if place is None or place.size <= 1:
+            alone += 1
+        else:
+            heads.add(place.head)
+    return alone + len(heads)
 
 
 # --- the report ----------------------------------------------------------------------------------------
@@ -271,7 +354,8 @@ def build_report(
         }
         return head.model_copy(update=failed).dump()
 
-    sentences = _judged(_by_stage(children, SENTENCE_STAGE), cutoffs, entry)
+    sentence_items = _by_stage(children, SENTENCE_STAGE)
+    sentences = _judged(sentence_items, cutoffs, entry)
     rewrites = {int(c.input["sentence_number"]): c for c in children if c.stage == REWRITE_STAGE}
     steps: list[dict[str, object]] = [
         _step(
@@ -321,7 +405,7 @@ def build_report(
     reviews = [s.review for s in sentences if s.review is not None]
     summary: dict[str, object] = {
         "sentences": len(sentences),
-        "decisions_requests": sum(1 for s in sentences if s.label is not None)
+        "decisions_requests": _requests(sentence_items)
         + sum(len(r.sentences) for r in reviews if r.status is not None),
         "decisions_input_tokens": sum(s.input_tokens or 0 for s in sentences),
         "agent_calls": sum(1 for c in rewrites.values() if c.status in ("done", "failed")),
@@ -335,6 +419,9 @@ def build_report(
         "metrics": metrics.dump(),
         "cutoffs": cutoffs.dump(),
     }
+    audit = _audit_part(sentence_items, _by_stage(children, AUDIT_STAGE), cutoffs, entry)
+    if audit is not None:
+        summary["packing_audit"] = audit.dump()
     done = {
         "status": "incomplete" if steps else "done",
         "incomplete_steps": steps,

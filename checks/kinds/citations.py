@@ -34,16 +34,26 @@ from checks.citation_rows import (
 )
 from checks.citation_verdicts import add_metrics, check_cutoffs
 from checks.fairness import Priority
-from checks.kinds._schemas import BUDGET_OPTION, PRIORITY_OPTION, WEBHOOK_URL_OPTION
+from checks.kinds._schemas import (
+    AUDIT_SHARE_OPTION,
+    BUDGET_OPTION,
+    PACK_SIZE_OPTION,
+    PRIORITY_OPTION,
+    WEBHOOK_URL_OPTION,
+)
 from checks.ndjson import RowLine
 from checks.options import (
     CUTOFFS_MODEL,
     OptionsError,
+    audit_share_option,
     number_option,
+    pack_size_option,
     priority_option,
     webhook_url_option,
     without_unset_webhook,
 )
+from checks.packing import DEFAULT_AUDIT_SHARE, MAX_PACK_SIZE
+from checks.packing_audit import AuditPart, combine
 from checks.pricing import KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.recipes import Recipe, RowLimits, StageSpec, register
@@ -51,6 +61,8 @@ from checks.recipes import Recipe, RowLimits, StageSpec, register
 ENTRY_STAGE: Final = "answer"
 SENTENCE_STAGE: Final = "cited_sentence"
 REWRITE_STAGE: Final = "rewrite"
+# A packed sentence asked again alone, for the packing audit (checks/packing_audit.py).
+AUDIT_STAGE: Final = "audit_sentence"
 REVIEWS: Final = ("none", "agent")
 Review = Literal["none", "agent"]
 OPTION_NAMES: Final = frozenset(
@@ -65,6 +77,8 @@ OPTION_NAMES: Final = frozenset(
         "budget_usd",
         "priority",
         "webhook_url",
+        "pack_size",
+        "audit_share",
     }
 )
 CSV_COLUMNS: Final = (
@@ -104,6 +118,9 @@ class CitationsOptions:
     budget_usd: float | None = None
     priority: Priority = "batch"
     webhook_url: str | None = None
+    # Sentences of one answer per Decisions request (docs/spec.md §9): by default as many as fit.
+    pack_size: int = MAX_PACK_SIZE
+    audit_share: float = DEFAULT_AUDIT_SHARE
 
     @property
     def cutoffs(self) -> CitationCutoffs:
@@ -124,6 +141,8 @@ class CitationsOptions:
                 "budget_usd": self.budget_usd,
                 "priority": self.priority,
                 "webhook_url": self.webhook_url,
+                "pack_size": self.pack_size,
+                "audit_share": self.audit_share,
             }
         )
 
@@ -173,6 +192,8 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
         budget_usd=budget,
         priority=priority_option(raw),
         webhook_url=webhook_url_option(raw),
+        pack_size=pack_size_option(raw, MAX_PACK_SIZE),
+        audit_share=audit_share_option(raw, DEFAULT_AUDIT_SHARE),
     )
 
 
@@ -209,6 +230,7 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
     metrics: list[CitationMetrics] = []
     cutoffs: CitationCutoffs | None = None
     answers = 0
+    audits: list[AuditPart] = []
     for status, summary in reports:
         answers += 1
         if status is not None:
@@ -225,6 +247,8 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
             metrics.append(CitationMetrics.read(found))
         if cutoffs is None and isinstance(found := s.get("cutoffs"), Mapping):
             cutoffs = CitationCutoffs.read(found)
+        if isinstance(found := s.get("packing_audit"), Mapping):
+            audits.append(AuditPart.read(found))
     return CitationsSummary(
         questions=answers,
         outcomes=outcomes,
@@ -232,6 +256,7 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
         totals={k: int(v) for k, v in totals.items()},
         metrics=add_metrics(metrics),
         cutoffs=cutoffs or CitationCutoffs(),
+        packing_audit=combine(audits),
     )
 
 
@@ -337,6 +362,8 @@ OPTIONS_SCHEMA: Final[Mapping[str, object]] = {
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
+        "pack_size": {**PACK_SIZE_OPTION, "default": MAX_PACK_SIZE},
+        "audit_share": AUDIT_SHARE_OPTION,
     },
 }
 
@@ -349,6 +376,7 @@ RECIPE = register(
             StageSpec(ENTRY_STAGE, "decisions"),
             StageSpec(SENTENCE_STAGE, "decisions"),
             StageSpec(REWRITE_STAGE, "agent"),
+            StageSpec(AUDIT_STAGE, "decisions"),
         ),
         parse_options=parse_options,
         rows_from_lines=rows_from_lines,
