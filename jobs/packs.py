@@ -100,11 +100,13 @@ def claim_members(session: Session, head: ClaimedItem, lease_s: float, max_tries
 
 
 def shares(total: ItemUsage, n: int) -> list[ItemUsage]:
-    """`total` split over `n` items so the parts add up exactly: counts as whole numbers (the remainder to
-    the first items), money and time in equal parts."""
+    """`total` split over `n` items so the parts add up exactly: counts and money as whole units (the
+    remainder to the first items), time in equal parts."""
 
     split = partial(split_count, n=n)
     attempts, searches = split(total.attempts), split(total.searches)
+    # Money in the units an item's usage keeps (1e-8 dollars), so the shares add up to the pack's cost.
+    cost = [units / 1e8 for units in split(round(total.cost_usd * 1e8))]
     tin, tout = split(total.input_tokens), split(total.output_tokens)
     return [
         ItemUsage(
@@ -112,7 +114,7 @@ def shares(total: ItemUsage, n: int) -> list[ItemUsage]:
             searches=searches[i],
             input_tokens=tin[i],
             output_tokens=tout[i],
-            cost_usd=total.cost_usd / n,
+            cost_usd=cost[i],
             upstream_latency_s=total.upstream_latency_s / n,
             queue_wait_s=total.queue_wait_s / n,
         )

@@ -421,6 +421,12 @@ SCHEMAS: dict[str, Any] = {
                         "created_at": {"type": "string", "format": "date-time"},
                         "job": {"type": "object"},
                         "item": {"type": ["object", "null"]},
+                        "items": {
+                            "type": "array",
+                            "items": {"type": "object"},
+                            "description": "Every item the attempt answered: the item alone, or each item "
+                            "of a packed request (its sentences or claims), each with its own status and output.",
+                        },
                     },
                 },
             },
