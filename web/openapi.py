@@ -424,8 +424,8 @@ SCHEMAS: dict[str, Any] = {
                         "items": {
                             "type": "array",
                             "items": {"type": "object"},
-                            "description": "Every item the attempt answered: the item alone, or each item "
-                            "of a packed request (its sentences or claims), each with its own status and output.",
+                            "description": "Every item the attempt answered: the item alone, or each item of "
+                            "a packed request (its sentences or claims), with its own status and output.",
                         },
                     },
                 },
