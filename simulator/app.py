@@ -2,8 +2,10 @@
 
 Order of checks per request, gateway first as upstream: route (404 empty, 405 empty), bearer key (401),
 body size (413), rate limit (429), fault draw and latency, then body validation (400 / 422) and the
-engine. `x-request-id` is on every response except 401, 404 and the 504 HTML page. The app works under
-any WSGI server and in-process through `httpx.WSGITransport` (how the embedded demo uses it).
+engine. The body is validated before the draw, since a Decisions request's latency grows with its
+questions, but a refusal is answered in its old place, after the fault and the latency. `x-request-id` is
+on every response except 401, 404 and the 504 HTML page. The app works under any WSGI server and
+in-process through `httpx.WSGITransport` (how the embedded demo uses it).
 """
 
 from __future__ import annotations
