@@ -275,7 +275,8 @@ def _audit_part(
 
 
 def _requests(sentences: Sequence[Item]) -> int:
-    """Decisions requests that answered the scored sentences: a pack once, an unpacked sentence each."""
+    """Decisions requests that answered the scored sentences: a pack once, an unpacked sentence each (the
+    report adds the audit's and the review's)."""
     heads: set[int] = set()
     alone = 0
     for item in sentences:
@@ -355,6 +356,7 @@ def build_report(
         return head.model_copy(update=failed).dump()
 
     sentence_items = _by_stage(children, SENTENCE_STAGE)
+    audit_items = _by_stage(children, AUDIT_STAGE)
     sentences = _judged(sentence_items, cutoffs, entry)
     rewrites = {int(c.input["sentence_number"]): c for c in children if c.stage == REWRITE_STAGE}
     steps: list[dict[str, object]] = [
@@ -406,6 +408,7 @@ def build_report(
     summary: dict[str, object] = {
         "sentences": len(sentences),
         "decisions_requests": _requests(sentence_items)
+        + sum(1 for a in audit_items if a.status == "done")
         + sum(len(r.sentences) for r in reviews if r.status is not None),
         "decisions_input_tokens": sum(s.input_tokens or 0 for s in sentences),
         "agent_calls": sum(1 for c in rewrites.values() if c.status in ("done", "failed")),
@@ -419,7 +422,7 @@ def build_report(
         "metrics": metrics.dump(),
         "cutoffs": cutoffs.dump(),
     }
-    audit = _audit_part(sentence_items, _by_stage(children, AUDIT_STAGE), cutoffs, entry)
+    audit = _audit_part(sentence_items, audit_items, cutoffs, entry)
     if audit is not None:
         summary["packing_audit"] = audit.dump()
     done = {

@@ -142,24 +142,30 @@ def test_examples_get_every_label_and_the_metrics_on_purpose(
     assert metrics["misattributed"] == 2 and metrics["contradicted"] == 1
     assert metrics["sentences"] == sum(len(line["report"]["sentences"]) for line in lines.values())
 
-    # One Decisions request per sentence, none for the answers themselves (they only split); each id is
-    # the request behind one sentence, and the lookup finds it.
+    # One Decisions request per answer, its sentences packed (docs/spec.md §9), none for the answers
+    # themselves (they only split), and the packing audit's: the first answer's sentences asked alone. Each
+    # id is the request behind one answer's sentences, and the lookup finds every one of them.
     calls = _calls(stack, job_id)
     assert {c.endpoint for c in calls} == {"decisions"}
-    assert len(calls) == metrics["sentences"] == summary["totals"]["decisions_requests"]
     with Session(stack.engine) as s:
         stages = dict(
             s.execute(
                 select(Item.stage, func.count()).where(Item.job_id == uuid.UUID(job_id)).group_by(Item.stage)
             ).all()
         )
-    assert stages == {"answer": len(lines), "cited_sentence": metrics["sentences"]}
+    first = lines[next(iter(lines))]
+    audits = len(first["report"]["sentences"])
+    assert stages == {"answer": len(lines), "cited_sentence": metrics["sentences"], "audit_sentence": audits}
+    answered = sum(1 for line in lines.values() if line["report"]["sentences"])
+    assert len(calls) == answered + audits == summary["totals"]["decisions_requests"]
+    assert summary["packing_audit"]["sentences"] == audits
     rid = danube["request_id"]
     found = client.get(f"/v1/requests/{rid}", headers=auth)
     assert found.status_code == 200
     (call,) = found.get_json()["calls"]
     assert call["job"] == {"id": job_id, "kind": "citations", "status": "completed"}
     assert call["item"]["custom_id"] == "danube:s1"
+    assert [i["custom_id"] for i in call["items"]] == ["danube:s1", "danube:s2"]
     assert job.usage is not None and job.usage["http_attempts"] == len(calls)
 
     # The CSV is one row per sentence, formula-safe, with the trailer.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,12 @@ from sqlalchemy.orm import Session
 
 from jobs.tenancy import create_token
 from models import ApiCall, Item, make_session_factory, session_scope
+from simulator.app import simulator_state
 from simulator.config import SimConfig
-from simulator.server import run_in_thread
+from simulator.engine import Engine
+from simulator.server import RunningSimulator, run_in_thread
 from tests.integration.stack import SharedStack, shared_stack
+from tests.integration.test_pages import csrf_token
 from web.app import create_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -34,13 +38,18 @@ CLAIMS = ROOT / "examples" / "claims.jsonl"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
+def sim_and_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningSimulator, SharedStack]]:
     with (
         run_in_thread(SimConfig(decisions_rps=0, agent_rps=0)) as sim,
         shared_stack(sim.base_url, tmp_path_factory.mktemp("packs-stack")) as st,
     ):
         st.start_worker()
-        yield st
+        yield sim, st
+
+
+@pytest.fixture(scope="module")
+def stack(sim_and_stack: tuple[RunningSimulator, SharedStack]) -> SharedStack:
+    return sim_and_stack[1]
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +91,13 @@ def _results(client: FlaskClient, auth: dict[str, str], job_id: str) -> dict[str
     return {line["custom_id"]: line for line in lines}
 
 
+def _page(client: FlaskClient, auth: dict[str, str], path: str) -> str:
+    token = auth["Authorization"].removeprefix("Bearer ")
+    resp = client.post("/sign-in", data={"token": token, "csrf_token": csrf_token(client)})
+    assert resp.status_code == 302
+    return client.get(path).get_data(as_text=True)
+
+
 def _labels(lines: dict[str, dict[str, Any]]) -> dict[str, list[str | None]]:
     return {cid: [s["label"] for s in line["report"]["sentences"]] for cid, line in lines.items()}
 
@@ -117,7 +133,7 @@ def test_a_packed_citations_job_sends_a_request_per_answer_with_unpacked_labels(
     assert len(sentence_calls) == len(answers_with_sentences) < len(sentences)
     assert len(calls) == len(sentence_calls) + len(audits)
     for call in sentence_calls:
-        answered = call.pack_items or [call.item_id]
+        answered = call.pack_items or [int(call.item_id or 0)]
         assert {i.parent_id for i in items if i.id in answered} == {
             next(i.parent_id for i in items if i.id == call.item_id)
         }  # never two answers in one request
@@ -134,8 +150,8 @@ def test_a_packed_citations_job_sends_a_request_per_answer_with_unpacked_labels(
     audit = summary["packing_audit"]
     assert audit["sentences"] == len(audits) > 0
     assert audit["label_agreement"] == 1.0 and audit["mean_abs_delta"] <= 0.02 and audit["warning"] is None
-    page = client.get(f"/jobs/{packed_id}", headers=auth).get_data(as_text=True)
-    assert "Packing audit" in page
+    page = _page(client, auth, f"/jobs/{packed_id}")
+    assert "Packing audit" in page and "Label agreement" in page
     single_summary = client.get(f"/v1/jobs/{single_id}", headers=auth).get_json()["summary"]
     assert single_summary["packing_audit"] is None
     assert summary["totals"]["decisions_requests"] == len(sentence_calls)
@@ -151,7 +167,11 @@ def test_ungrounded_claims_pack_n_to_a_request_with_unpacked_verdicts(
     for job_id in (packed_id, single_id):
         assert stack.wait_job(uuid.UUID(job_id), timeout=180).status == "completed"
     packed, single = _results(client, auth, packed_id), _results(client, auth, single_id)
-    assert {k: v["verdict"] for k, v in packed.items()} == {k: v["verdict"] for k, v in single.items()}
+    assert {k: v["results"] for k, v in packed.items()}.keys() == single.keys()
+    for cid, line in single.items():
+        assert packed[cid]["results"]["ungrounded"]["verdict"] == line["results"]["ungrounded"]["verdict"], (
+            cid
+        )
     items, calls = _rows(stack, packed_id)
     sent = [i for i in items if i.duplicate_of is None]
     assert len(calls) == -(-len(sent) // 10)
@@ -168,3 +188,27 @@ def test_grounded_claims_refuse_pack_size_naming_the_option(app: Flask, auth: di
     assert resp.status_code == 400
     error = resp.get_json()["error"]
     assert error["field"] == "pack_size" and "search" in error["message"]
+
+
+def test_the_audit_warns_when_packing_moves_verdicts(
+    sim_and_stack: tuple[RunningSimulator, SharedStack], app: Flask, auth: dict[str, str]
+) -> None:
+    """The simulator's `pack_drift` moves a packed answer's probabilities by their position in the request:
+    the audit, which asks the same sentences alone, sees the difference and the job says so."""
+    sim, stack = sim_and_stack
+    engine = simulator_state(sim.app).engine
+    assert isinstance(engine, Engine)
+    original = engine.config
+    engine.config = replace(original, pack_drift=0.02)
+    try:
+        client = app.test_client()
+        job_id = _submit(client, auth, "citations", EXAMPLES.read_bytes(), "&audit_share=1")
+        assert stack.wait_job(uuid.UUID(job_id), timeout=180).status == "completed"
+    finally:
+        engine.config = original
+    audit = client.get(f"/v1/jobs/{job_id}", headers=auth).get_json()["summary"]["packing_audit"]
+    assert audit["mean_abs_delta"] > 0.02 and audit["warning"] is not None
+    later = [int(k) for k, v in audit["by_position"].items() if v["label_agreement"] < 1.0]
+    assert later and min(later) > 1  # the first question of a pack does not drift
+    page = _page(client, auth, f"/jobs/{job_id}")
+    assert "packed verdicts differ from unpacked ones" in page
