@@ -126,7 +126,9 @@ class ApiClient:
             self._raise(response, path)
         return response
 
-    def _raise(self, response: httpx.Response, path: str, input_name: str | None = None) -> None:
+    def _raise(
+        self, response: httpx.Response, path: str, input_name: str | None = None, items_name: str = "items"
+    ) -> None:
         status = response.status_code
         err = _error_body(response)
         message = str(err.get("message") or response.reason_phrase or f"HTTP {status}")
@@ -140,7 +142,7 @@ class ApiClient:
         if status == 404:
             raise CliError(f"{self.where} does not look like a factgate server (404 on {path})")
         if status in (400, 413, 415):
-            raise InputError(_input_message(err, message, input_name))
+            raise InputError(_input_message(err, message, input_name, items_name))
         if status == 409:
             raise CliError(message)
         raise CliError(f"factgate at {self.where} answered HTTP {status}: {message}")
@@ -195,9 +197,15 @@ class ApiClient:
         return job
 
     def submit_json(
-        self, body: Mapping[str, Any], *, idempotency_key: str | None = None, input_name: str | None = None
+        self,
+        body: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        input_name: str | None = None,
+        items_name: str = "items",
     ) -> dict[str, Any]:
-        """POST /v1/jobs with a JSON body (`kind`, `options`, `items`)."""
+        """POST /v1/jobs with a JSON body (`kind`, `options`, `items`); row problems name the items as the
+        input file does (`items_name`: `test_cases` for a DeepEval file's `test_cases[2]`)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
 
         def post() -> httpx.Response:
@@ -208,7 +216,7 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         if response.status_code >= 400:
-            self._raise(response, "/v1/jobs", input_name)
+            self._raise(response, "/v1/jobs", input_name, items_name)
         job: dict[str, Any] = response.json()
         return job
 
@@ -264,13 +272,17 @@ def _reason(exc: BaseException) -> str:
     return text.split("\n", 1)[0]
 
 
-def _input_message(err: Mapping[str, Any], message: str, input_name: str | None) -> str:
+def _input_message(
+    err: Mapping[str, Any], message: str, input_name: str | None, items_name: str = "items"
+) -> str:
     """A bad submission: row problems name the file, then the first problem's line and field and the count;
     anything else (an option, the body's size or type) is the server's message as it is."""
     errors = err.get("errors")
     if not (input_name and isinstance(errors, list) and errors and isinstance(errors[0], dict)):
         return message
     first = str(errors[0].get("message") or message)
+    if items_name != "items" and first.startswith("items["):
+        first = items_name + first.removeprefix("items")
     where = f"{input_name} " if first.startswith(("line ", "items[")) else f"{input_name}: "
     total = len(errors)
     count = "" if total == 1 else f"{total} problems in all; "
