@@ -5,12 +5,9 @@ The same client talks to a remote server (`--server URL`) and to the app running
 exact validation, intake and status code of the API either way. API errors become one-line
 `CliError`s that name the line and field of a bad file.
 
-A 503 is the server saying "a dependency is down for a moment, come back in Retry-After seconds" (a
-Postgres restart, docs/operations.md): the client waits as told and asks again, for at most
-`UNAVAILABLE_BUDGET_S` in all, so `factgate check --wait` or `factgate status` rides through a restart
-instead of dying on its first poll. Only requests that are safe to repeat are asked again: reads, cancel
-and delete (both idempotent on the server), and a submission only when it carries an Idempotency-Key
-(the server answers a repeat with the job it stored the first time). Tenacity does the waiting.
+A 503 is answered as clients/factgate_http.py says (shared with the Python client, factgate/): the client
+waits as told and asks again for a while, so `factgate check --wait` or `factgate status` rides through a
+restart instead of dying on its first poll; only requests safe to repeat are asked again.
 """
 
 from __future__ import annotations
@@ -20,46 +17,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, nap, retry_if_result, stop_after_delay
 
 from cli.errors import CliError, InputError
+from clients.factgate_http import (
+    NDJSON,
+    SUBMIT_TIMEOUT,
+    TIMEOUT,
+    UNAVAILABLE_BUDGET_S,
+    error_body,
+    patiently,
+)
 from clients.tls import trust_store
 
-NDJSON = "application/x-ndjson"
-TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-# Submissions can be large (up to 64 MB): the server may need a while to validate and store them.
-SUBMIT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
-# How long in all the client keeps asking again while the server answers 503 (module docstring): longer than a
-# Postgres restart or a Redis failover takes, short enough that a real outage still ends the command.
-UNAVAILABLE_BUDGET_S = 60.0
-# The longest single wait, whatever Retry-After says (a server may ask for more than the budget allows).
-UNAVAILABLE_MAX_WAIT_S = 10.0
-DEFAULT_RETRY_AFTER_S = 2.0
-
-
-def _unavailable(response: httpx.Response) -> bool:
-    return response.status_code == 503
-
-
-def _retry_after_s(state: RetryCallState) -> float:
-    """The wait the last 503 asked for (its Retry-After in seconds), bounded; a default when absent."""
-    outcome = state.outcome
-    response = outcome.result() if outcome is not None and not outcome.failed else None
-    header = response.headers.get("retry-after") if isinstance(response, httpx.Response) else None
-    try:
-        wait = float(header) if header is not None else DEFAULT_RETRY_AFTER_S
-    except ValueError:  # an HTTP-date: our server sends seconds, so this is a proxy's; use the default
-        wait = DEFAULT_RETRY_AFTER_S
-    return min(max(wait, 0.0), UNAVAILABLE_MAX_WAIT_S)
-
-
-def _error_body(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    err = body.get("error") if isinstance(body, dict) else None
-    return err if isinstance(err, dict) else {}
+__all__ = ["NDJSON", "UNAVAILABLE_BUDGET_S", "ApiClient"]
 
 
 class ApiClient:
@@ -100,18 +70,8 @@ class ApiClient:
     # --- plumbing ----------------------------------------------------------------------------------
 
     def _patiently(self, call: Callable[[], httpx.Response]) -> httpx.Response:
-        """`call()` again while it answers 503, as the module docstring says; the last answer is returned
-        (a 503 still, once the budget is spent, for the caller to raise as usual)."""
-        retrying = Retrying(
-            retry=retry_if_result(_unavailable),
-            wait=_retry_after_s,
-            stop=stop_after_delay(self._unavailable_budget_s),
-            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
-            reraise=True,
-            sleep=self._sleep or nap.sleep,
-        )
-        response: httpx.Response = retrying(call)
-        return response
+        """`call()` again while it answers 503 (clients/factgate_http.py); the last answer is returned."""
+        return patiently(call, budget_s=self._unavailable_budget_s, sleep=self._sleep)
 
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -130,7 +90,7 @@ class ApiClient:
         self, response: httpx.Response, path: str, input_name: str | None = None, items_name: str = "items"
     ) -> None:
         status = response.status_code
-        err = _error_body(response)
+        err = error_body(response)
         message = str(err.get("message") or response.reason_phrase or f"HTTP {status}")
         if status == 401:
             raise InputError(
