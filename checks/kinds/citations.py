@@ -291,7 +291,10 @@ def _request_ids(report: CitationReport) -> list[str]:
 ROW_SCHEMA: Final[Mapping[str, object]] = {
     "type": "object",
     "description": "One answer of a `citations` job, with the sources it cites by `[id]` markers "
-    f"(at most {MAX_ROW_BYTES:,} bytes a row). NDJSON or JSON only: a CSV body is refused.",
+    f"(at most {MAX_ROW_BYTES:,} bytes a row). NDJSON or JSON only: a CSV body is refused. A body may "
+    "instead hold RAGAS samples (`user_input`, `response`, `retrieved_contexts`, `reference`) or DeepEval "
+    "test cases (`input`, `actual_output`, `retrieval_context`, `name`), one format a body (option "
+    "`input_format`; docs/spec.md §8.1).",
     "required": ["id", "answer", "sources"],
     "additionalProperties": False,
     "properties": {
