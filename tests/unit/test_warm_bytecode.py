@@ -63,5 +63,5 @@ def test_the_packages_are_the_ones_the_build_lists() -> None:
             "simulator",
             "web",
             "workers",
-        ]  # fmt: skip
+        ]
     )
