@@ -29,11 +29,19 @@ from checks.citation_contracts import (
     SentencePlan,
     SentenceScore,
 )
+from checks.citation_formats import format_note
 from checks.citation_passages import plan_sentences
 from checks.citation_rows import CitationRow, stream_citation_rows
 from checks.citation_verdicts import judge, metrics_of
 from checks.contracts import ItemStatusName
-from checks.kinds.citations import AUDIT_STAGE, ENTRY_STAGE, REWRITE_STAGE, SENTENCE_STAGE, CitationsOptions
+from checks.kinds.citations import (
+    AUDIT_STAGE,
+    ENTRY_STAGE,
+    REWRITE_STAGE,
+    SENTENCE_STAGE,
+    CitationsOptions,
+    rows_note,
+)
 from checks.ndjson import RowLine
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.packing import PackPlace, flash_warning, group_sentences
@@ -63,13 +71,18 @@ def cutoffs_of(job: Job) -> CitationCutoffs:
 # --- intake --------------------------------------------------------------------------------------------
 
 
+def _input_format(options: object) -> str:
+    return str(getattr(options, "input_format", "auto"))
+
+
 def citation_units(rows: Sequence[CitationRow], options: object) -> tuple[list[UnitSpec], list[str]]:
-    """One entry item per answer (the in-memory path: JSON bodies, and every body on SQLite)."""
+    """One entry item per answer (the in-memory path: JSON bodies, and every body on SQLite); the note on
+    a RAGAS or DeepEval body is the job's warning."""
     units = [
         UnitSpec(stage=ENTRY_STAGE, custom_id=row.id, mode="", input=row.entry.dump(), endpoint="decisions")
         for row in rows
     ]
-    return units, _warnings(options)
+    return units, rows_note(rows, _input_format(options)) + _warnings(options)
 
 
 def _warnings(options: object) -> list[str]:
@@ -87,8 +100,12 @@ class _Stager:
         self._staged = staged
         self._quota = quota
         self.items = 0
+        self.head: list[CitationRow] = []  # the first row, whose format is the body's
+        self.unmarked = 0
 
     def append(self, row: CitationRow, /) -> None:
+        self.head = self.head or [row]
+        self.unmarked += 1 if row.entry.unmarked else 0
         self.items += 1
         self._quota(self.items)
         self._staged.add(row.id, json.dumps(row.entry.dump(), ensure_ascii=False, separators=(",", ":")))
@@ -107,8 +124,13 @@ def load_citation_rows(
     is read; `build_citation_items` makes the entry items."""
     with bulk_load.StagedRows(session, job.id) as staged:
         stager = _Stager(staged, quota)
-        stream_citation_rows(lines, stager, max_rows=limits.max_rows)
-    return Staged(rows=staged.count, items=stager.items, warnings=_warnings(options))
+        stream_citation_rows(lines, stager, max_rows=limits.max_rows, input_format=limits.input_format)
+    note = [
+        format_note(r.input_format, detected=limits.input_format == "auto", answers=stager.items,
+                    unmarked=stager.unmarked)
+        for r in stager.head
+    ]  # fmt: skip
+    return Staged(rows=staged.count, items=stager.items, warnings=[n for n in note if n] + _warnings(options))
 
 
 def build_citation_items(session: Session, job: Job) -> int:
@@ -165,6 +187,7 @@ def _judged(
                 cited=plan_.cited,
                 missing=plan_.missing,
                 unchecked=plan_.unchecked,
+                unmarked=plan_.unmarked,
                 request_ids=[str(i) for i in (item.output or {}).get("request_ids") or []],
             )
         )

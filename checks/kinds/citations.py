@@ -21,6 +21,7 @@ from checks.citation_contracts import (
     CitationsResult,
     CitationsSummary,
 )
+from checks.citation_formats import INPUT_FORMATS, format_note
 from checks.citation_rows import (
     ALLOWED_FIELDS,
     CSV_REFUSAL,
@@ -79,6 +80,7 @@ OPTION_NAMES: Final = frozenset(
         "webhook_url",
         "pack_size",
         "audit_share",
+        "input_format",
     }
 )
 CSV_COLUMNS: Final = (
@@ -121,6 +123,7 @@ class CitationsOptions:
     # Sentences of one answer per Decisions request (docs/spec.md §9): by default as many as fit.
     pack_size: int = MAX_PACK_SIZE
     audit_share: float = DEFAULT_AUDIT_SHARE
+    input_format: str = "auto"
 
     @property
     def cutoffs(self) -> CitationCutoffs:
@@ -143,6 +146,8 @@ class CitationsOptions:
                 "webhook_url": self.webhook_url,
                 "pack_size": self.pack_size,
                 "audit_share": self.audit_share,
+                # Stored only when named: a job read as detected keeps the options it always had.
+                **({"input_format": self.input_format} if self.input_format != "auto" else {}),
             }
         )
 
@@ -184,7 +189,13 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    input_format = raw.get("input_format") or "auto"
+    if input_format not in INPUT_FORMATS:
+        raise OptionsError(
+            "input_format", f"must be one of {', '.join(INPUT_FORMATS)}, got {str(input_format)[:40]!r}"
+        )
     return CitationsOptions(
+        input_format=str(input_format),
         model=model,
         **values,
         misattribution=_boolean(raw, "misattribution", True),
@@ -198,11 +209,24 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
 
 
 def rows_from_lines(lines: Iterable[RowLine], limits: RowLimits) -> Sequence[CitationRow]:
-    return parse_citation_lines(lines, max_rows=limits.max_rows)
+    return parse_citation_lines(lines, max_rows=limits.max_rows, input_format=limits.input_format)
 
 
 def rows_from_items(items: Sequence[object], limits: RowLimits) -> Sequence[CitationRow]:
-    return validate_citation_rows(items, max_rows=limits.max_rows)
+    return validate_citation_rows(items, max_rows=limits.max_rows, input_format=limits.input_format)
+
+
+def rows_note(rows: Iterable[CitationRow], input_format: str) -> list[str]:
+    """The job's note on how its rows were read (a RAGAS or DeepEval body), or none."""
+    formats: set[str] = set()
+    answers = unmarked = 0
+    for row in rows:
+        formats.add(row.input_format)
+        answers += 1
+        unmarked += 1 if row.entry.unmarked else 0
+    found = formats.pop() if len(formats) == 1 else "factgate"
+    note = format_note(found, detected=input_format == "auto", answers=answers, unmarked=unmarked)
+    return [note] if note else []
 
 
 # --- job summary and result lines (pure: over stored reports) -------------------------------------------
@@ -292,7 +316,10 @@ def _request_ids(report: CitationReport) -> list[str]:
 ROW_SCHEMA: Final[Mapping[str, object]] = {
     "type": "object",
     "description": "One answer of a `citations` job, with the sources it cites by `[id]` markers "
-    f"(at most {MAX_ROW_BYTES:,} bytes a row). NDJSON or JSON only: a CSV body is refused.",
+    f"(at most {MAX_ROW_BYTES:,} bytes a row). NDJSON or JSON only: a CSV body is refused. A body may "
+    "instead hold RAGAS samples (`user_input`, `response`, `retrieved_contexts`, `reference`) or DeepEval "
+    "test cases (`input`, `actual_output`, `retrieval_context`, `name`), one format a body (option "
+    "`input_format`; docs/spec.md §8.1).",
     "required": ["id", "answer", "sources"],
     "additionalProperties": False,
     "properties": {
@@ -364,6 +391,14 @@ OPTIONS_SCHEMA: Final[Mapping[str, object]] = {
         "webhook_url": WEBHOOK_URL_OPTION,
         "pack_size": {**PACK_SIZE_OPTION, "default": MAX_PACK_SIZE},
         "audit_share": AUDIT_SHARE_OPTION,
+        "input_format": {
+            "type": "string",
+            "enum": list(INPUT_FORMATS),
+            "default": "auto",
+            "description": "How the rows are written: factgate's own (id, answer, sources, question), RAGAS "
+            "samples (user_input, response, retrieved_contexts, reference) or DeepEval test cases (input, "
+            "actual_output, retrieval_context, name); `auto` decides by the first row.",
+        },
     },
 }
 
