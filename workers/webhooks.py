@@ -187,8 +187,9 @@ class SenderPool:
         """Stop taking deliveries; one being sent ends within its deadline, or its hold runs out."""
         self._stop.set()
         self._wake.set()
+        until = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout=timeout_s)
+            thread.join(timeout=max(0.0, until - time.monotonic()))
         self._threads.clear()
 
     def _run(self) -> None:
