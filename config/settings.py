@@ -142,7 +142,10 @@ class Settings:
     # are refused unless allowed (tests, a receiver on the same private network).
     webhook_allow_private: bool = False
     webhook_connect_timeout_s: float = 3.0
+    # One attempt's whole time, connect to the response's headers (a wall-clock deadline, not per read).
     webhook_timeout_s: float = 10.0
+    # Sender threads per worker process, beside (never in) the task pool that runs items.
+    webhook_senders: int = 4
     # Waits between tries: base × 2^(n-1), at most 2 h each, for this long after the job ended.
     webhook_retry_base_s: float = 10.0
     webhook_retry_for_s: float = 24 * 3600.0
@@ -187,6 +190,8 @@ class Settings:
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be above 0, got {value}")
+        if self.webhook_senders < 1:
+            raise ValueError(f"FACTGATE_WEBHOOK_SENDERS must be 1 or more, got {self.webhook_senders}")
 
     @property
     def embedded(self) -> bool:
@@ -269,6 +274,7 @@ class Settings:
             webhook_allow_private=_bool(e, "FACTGATE_WEBHOOK_ALLOW_PRIVATE", False),
             webhook_connect_timeout_s=_float(e, "FACTGATE_WEBHOOK_CONNECT_TIMEOUT_S", 3.0),
             webhook_timeout_s=_float(e, "FACTGATE_WEBHOOK_TIMEOUT_S", 10.0),
+            webhook_senders=_int(e, "FACTGATE_WEBHOOK_SENDERS", 4),
             webhook_retry_base_s=_float(e, "FACTGATE_WEBHOOK_RETRY_BASE_S", 10.0),
             webhook_retry_for_s=_float(e, "FACTGATE_WEBHOOK_RETRY_FOR_S", 24 * 3600.0),
         )
