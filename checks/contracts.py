@@ -13,9 +13,21 @@ fields added later get defaults, so older rows still load.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 ItemStatusName = Literal["pending", "running", "done", "failed", "skipped"]
 SCHEMA_REF = "#/components/schemas/{model}"
@@ -63,6 +75,52 @@ class StoredContract(Contract):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+class StageRecord(Contract):
+    """What a stage stores in an item's input or output, and the parts of a report built from them.
+
+    It dumps the fields it was given and no others, at every depth: a stage writes some fields only in some
+    outcomes (an `error` only when it failed), and a row read back and written again must stay the row it
+    was. Unknown fields are refused where a record is written (a renamed key fails there, and under mypy);
+    `read` ignores the fields a newer version added."""
+
+    @model_serializer(mode="wrap")
+    def _given_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        given = self.model_fields_set
+        return {k: v for k, v in data.items() if k in given}
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The published schema is the fields' own (the serializer above only leaves out those not given).
+        fields_only = cast("CoreSchema", {k: v for k, v in core_schema.items() if k != "serialization"})
+        return handler(fields_only)
+
+
+class QuestionInput(StageRecord):
+    """The input of a question kind's entry item (`answer`, `quote`): the kind and the question."""
+
+    kind: str
+    question: str
+
+
+class IncompleteStep(StageRecord):
+    """One entry of a report's `incomplete_steps` (docs/spec.md §6.3): which step, where (a sentence, the
+    flagged sentences, a result), what became of it, and a sentence for people (pages, CSV and the CLI show
+    `message` as it is). The answer and quote kinds also say the error and the request ids; citations
+    does not, so each kind's entries keep the fields it gives (`checks.stage_steps.incomplete_step`)."""
+
+    step: str
+    sentence: int | None = None
+    sentences: list[int] | None = None
+    result: int | None = None
+    status: str
+    error: str | None = None
+    request_ids: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
 class Cutoffs(Contract):
     supported_min: float
     contradicted_max: float
@@ -83,7 +141,7 @@ class ReportHead(StoredContract):
         "quoted, no_answer, failed, skipped, incomplete).",
     )
     error: str | None = None
-    incomplete_steps: list[Any] = Field(default_factory=list)
+    incomplete_steps: list[IncompleteStep] = Field(default_factory=list)
     model_note: str | None = None
     request_ids: Any = None
     usage: dict[str, Any] | None = None

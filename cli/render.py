@@ -151,7 +151,7 @@ def _incomplete_lines(report: ReportHead, headline: str) -> list[str]:
     out = [headline]
     steps = report.incomplete_steps
     for step in steps:
-        out.append(f"  missing: {step.get('message') or step.get('step')}")
+        out.append(f"  missing: {step.message or step.step}")
     if not steps:  # a report built before steps were named: its errors are all there is
         out.extend(f"  missing: {error}" for error in _extra(report).get("errors") or [])
     return out

@@ -29,7 +29,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from checks import questions as question_rules
-from checks.contracts import Contract
+from checks.contracts import Contract, QuestionInput, StageRecord
 from checks.ndjson import RowLine
 from checks.questions import QuestionRow
 from checks.recipes import RowLimits, recipe_for
@@ -64,7 +64,7 @@ def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
             stage=recipe.entry_stage,
             custom_id=row.id,
             mode="",
-            input={"kind": kind, "question": row.question},
+            input=QuestionInput(kind=kind, question=row.question).dump(),
             endpoint=recipe.stages[0].endpoint,
         )
         for row in rows
@@ -171,17 +171,30 @@ def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]
     return [i.id for i in items]
 
 
-def _error_report(job: Job, question: Item, exc: Exception) -> dict[str, Any]:
-    """Stands in when a report cannot be built, so the job still finishes and says why."""
-    return {
-        "kind": job.kind,
-        "question": question.input.get("question"),
-        "status": "failed",
-        "error": f"the report could not be built: {type(exc).__name__}: {exc}",
-        "errors": [],
-        "built_at": utcnow().isoformat(),
-        "summary": {},
-    }
+class ErrorReport(StageRecord):
+    """Stands in for a report that could not be built (or was refused when stored), so the job still
+    finishes and says why."""
+
+    kind: str
+    question: str | None
+    status: str
+    error: str
+    errors: list[str]
+    built_at: str
+    summary: dict[str, int]
+    usage: dict[str, int | float] | None = None
+
+
+def _error_report(job: Job, question: Item, exc: Exception) -> ErrorReport:
+    return ErrorReport(
+        kind=job.kind,
+        question=asked if isinstance(asked := (question.input or {}).get("question"), str) else None,
+        status="failed",
+        error=f"the report could not be built: {type(exc).__name__}: {exc}",
+        errors=[],
+        built_at=utcnow().isoformat(),
+        summary={},
+    )
 
 
 def advance_question(session: Session, question_id: int) -> Step:
@@ -220,15 +233,18 @@ def advance_question(session: Session, question_id: int) -> Step:
         return Step(job.id, question_id, spawned=_spawn(session, job, question, units))
     # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
     stopped = job.status == JobStatus.CANCELLING and any(c.status == "skipped" for c in children)
+    report: Contract
     try:
-        report = flow.build_report(job, question, children, incomplete=bool(units) or stopped)
+        built = flow.build_report(job, question, children, incomplete=bool(units) or stopped)
+        report = flow.report.model_validate(built)  # a report with a field its contract lacks is refused
     except Exception as exc:
         log.exception("building the report of question %s of job %s failed", question.id, job.id)
         report = _error_report(job, question, exc)
     # What the whole question cost: every attempt of every try of the question and of its children.
-    report["usage"] = usage_of_outputs([question.output, *(c.output for c in children)])
+    usage = usage_of_outputs([question.output, *(c.output for c in children)])
+    stored = report.model_copy(update={"usage": usage}).dump()
     out.update(
-        report=report, report_status=report.get("status"), summary=report.get("summary"), children=marker
+        report=stored, report_status=stored.get("status"), summary=stored.get("summary"), children=marker
     )
     session.execute(update(Item).where(Item.id == question.id).values(output=out))
     return Step(job.id, question_id, reported=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from checks import questions as rules
 from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract
@@ -50,7 +50,9 @@ class QuestionLine(Contract):
     question: str | None = None
     status: ItemStatusName = Field(description="The question item's status (its first upstream call).")
     outcome: str | None = Field(default=None, description="The report's status.")
-    incomplete_steps: list[Any] = Field(default_factory=list)
+    incomplete_steps: list[dict[str, JsonValue]] = Field(
+        default_factory=list, description="The report's `incomplete_steps`, as stored."
+    )
     model_note: str | None = None
     request_ids: Any = Field(default=None, description="Every upstream request id of the question.")
     usage: dict[str, Any] | None = None

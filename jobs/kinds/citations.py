@@ -3,6 +3,7 @@ Postgres), the stage machine with jobs/citations.py's plan and report, the summa
 
 from __future__ import annotations
 
+from checks.citation_contracts import CitationReport
 from checks.kinds.citations import result_line, summarize_job
 from jobs import citations
 from jobs.kinds import JobKind, StageMachine, register
@@ -14,7 +15,9 @@ KIND = register(
         units=citations.citation_units,
         summarize=questions_summary,
         results_page=question_results_page,
-        machine=StageMachine(citations.plan, citations.build_report, summarize_job, result_line),
+        machine=StageMachine(
+            citations.plan, citations.build_report, summarize_job, result_line, report=CitationReport
+        ),
         ready=lambda session, job: questions_ready(session, job.id),
         load=citations.load_citation_rows,
         build=citations.build_citation_items,
