@@ -13,6 +13,7 @@ fields added later get defaults, so older rows still load.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, Self, cast
 
 from pydantic import (
@@ -20,8 +21,10 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_serializer,
     model_validator,
@@ -78,16 +81,38 @@ class StoredContract(Contract):
 class StageRecord(Contract):
     """What a stage stores in an item's input or output, and the parts of a report built from them.
 
-    It dumps the fields it was given and no others, at every depth: a stage writes some fields only in some
-    outcomes (an `error` only when it failed), and a row read back and written again must stay the row it
-    was. Unknown fields are refused where a record is written (a renamed key fails there, and under mypy);
-    `read` ignores the fields a newer version added."""
+    It dumps the fields it was given and no others, in the order they were given, at every depth: a stage
+    writes some fields only in some outcomes (an `error` only when it failed), JSON kept as text (SQLite)
+    shows its key order, and a row read back and written again must stay the row it was. Fields given
+    later with `model_copy(update=...)` follow, in that order. Unknown fields are refused where a record is
+    written (a renamed key fails there, and under mypy); `read` ignores the fields a newer version added."""
+
+    _given_order: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        record = handler(data)
+        if isinstance(data, dict) and isinstance(record, StageRecord):
+            record._given_order = tuple(data)
+        return record
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            # A record made with `model_construct` has no order of its own: its fields' is used.
+            fields = type(self).model_fields
+            given = self._given_order or tuple(k for k in fields if k in self.model_fields_set)
+            copy._given_order = (*given, *(k for k in update if k not in given))
+        return copy
 
     @model_serializer(mode="wrap")
     def _given_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         given = self.model_fields_set
-        return {k: v for k, v in data.items() if k in given}
+        first = [k for k in self._given_order if k in data and k in given]
+        rest = [k for k in data if k in given and k not in self._given_order]
+        return {k: data[k] for k in (*first, *rest)}
 
     @classmethod
     def __get_pydantic_json_schema__(

@@ -38,9 +38,9 @@ def incomplete_step(
     """One step that did not run to the end. With `detail` (the answer and quote kinds) the entry also says
     its error and the request ids it made; a citations report's entries name only the step and its place."""
     if not detail:
-        return IncompleteStep(step=step, status=status, message=message, **place)
+        return IncompleteStep(step=step, **place, status=status, message=message)
     ids = [i for i in request_ids if i]
-    return IncompleteStep(step=step, status=status, error=error, request_ids=ids, message=message, **place)
+    return IncompleteStep(step=step, **place, status=status, error=error, request_ids=ids, message=message)
 
 
 def why(status: str, error: str | None) -> str:

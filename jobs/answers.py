@@ -94,7 +94,17 @@ def sentence_units(question: Item) -> list[UnitSpec]:
             stage=SENTENCE,
             custom_id=f"{question.custom_id}:s{spec.number}",
             mode=SENTENCE,
-            input=spec.model_copy(update={"titles": spec.titles}).dump(),  # stored even when empty
+            input=SentenceSpec(
+                number=spec.number,
+                text=spec.text,
+                claim=spec.claim,
+                paragraph=spec.paragraph,
+                source_ids=spec.source_ids,
+                passages=spec.passages,
+                urls=spec.urls,
+                titles=spec.titles,  # stored even when the question's sentences have none
+                missing_ids=spec.missing_ids,
+            ).dump(),
         )
         for spec in _question_output(question).sentences
     ]

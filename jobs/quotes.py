@@ -271,7 +271,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             compare=None,
             status="skipped" if question.status == "skipped" else "failed",
             error=failure,
-            results=[],
+            results=[],  # after the error here, as this report has always been stored
             run=QuoteRun.model_validate(record.as_dict()),
             summary=summary,
             request_ids=search_ids,
