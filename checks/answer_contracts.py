@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from checks.answer_labels import Label
-from checks.contracts import IncompleteStep, StageRecord
+from checks.contracts import IncompleteStep, StageRecord, Usage
 
 __all__ = [
     "AgentFacts",
@@ -282,4 +282,4 @@ class AnswerReport(StageRecord):
     evidence: list[EvidenceRow] = Field(default_factory=list)
     summary: AnswerReportSummary = Field(default_factory=AnswerReportSummary)
     request_ids: AnswerRequestIds | None = None
-    usage: dict[str, int | float] | None = None
+    usage: Usage | None = None

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
+    JsonValue,
     PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationInfo,
@@ -151,6 +152,13 @@ class Cutoffs(Contract):
     contradicted_max: float
 
 
+# Every upstream request id of a report: a list (quote, citations) or lists by endpoint (answer: agent,
+# decisions); null in reports stored before they were kept.
+RequestIds = list[str] | dict[str, list[str]] | None
+# An item's or a question's summed usage (jobs/usage.py): counts and seconds and dollars.
+Usage = dict[str, int | float]
+
+
 class ReportHead(StoredContract):
     """The fields of a question's report that every staged kind writes and every reader relies on; the rest
     (scored sentences, passages, ranks, the run record) is the kind's own and kept as stored.
@@ -168,9 +176,9 @@ class ReportHead(StoredContract):
     error: str | None = None
     incomplete_steps: list[IncompleteStep] = Field(default_factory=list)
     model_note: str | None = None
-    request_ids: Any = None
-    usage: dict[str, Any] | None = None
-    summary: dict[str, Any] = Field(default_factory=dict)
+    request_ids: RequestIds = None
+    usage: Usage | None = None
+    summary: dict[str, JsonValue] = Field(default_factory=dict)
 
     @field_validator("incomplete_steps", "summary", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, JsonValue
 
 from checks import quotes
-from checks.contracts import IncompleteStep, StageRecord
+from checks.contracts import IncompleteStep, StageRecord, Usage
 
 __all__ = [
     "CandidateRecord",
@@ -298,4 +298,4 @@ class QuoteReport(StageRecord):
     run: QuoteRun | None = None
     summary: QuoteReportSummary = Field(default_factory=QuoteReportSummary)
     request_ids: list[str] = Field(default_factory=list)
-    usage: dict[str, int | float] | None = None
+    usage: Usage | None = None
