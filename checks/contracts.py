@@ -13,6 +13,7 @@ fields added later get defaults, so older rows still load.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal, Self, cast
 
@@ -41,6 +42,14 @@ SCHEMA_REF = "#/components/schemas/{model}"
 _TOLERANT = "tolerant_reader"
 
 
+@functools.cache
+def _known_names(model: type[BaseModel]) -> frozenset[str]:
+    """A contract's field names and aliases (asked for every record `read` validates)."""
+    return frozenset(
+        name for field, spec in model.model_fields.items() for name in (field, spec.alias) if name is not None
+    )
+
+
 class Contract(BaseModel):
     """Frozen, and strict about unknown fields where it is *written*: a contract that grows must say so here
     first, and the server validates every line it builds. A *reader* of another version's lines (the CLI
@@ -55,11 +64,9 @@ class Contract(BaseModel):
             return data
         if cls.model_config.get("extra") != "forbid":
             return data  # a StoredContract keeps what it does not know
-        known: set[str] = set()
-        for name, spec in cls.model_fields.items():
-            known.add(name)
-            if spec.alias:
-                known.add(spec.alias)
+        known = _known_names(cls)
+        if known.issuperset(data):
+            return data
         return {k: v for k, v in data.items() if k in known}
 
     @classmethod
@@ -90,12 +97,14 @@ class StageRecord(Contract):
 
     _given_order: tuple[str, ...] = PrivateAttr(default=())
 
+    # These hooks run for every record of every stage and report: they read `__pydantic_private__` and
+    # `__pydantic_fields_set__` directly rather than through pydantic's attribute lookup.
     @model_validator(mode="wrap")
     @classmethod
     def _remember_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         record = handler(data)
-        if isinstance(data, dict) and isinstance(record, StageRecord):
-            record._given_order = tuple(data)
+        if type(data) is dict:
+            record.__pydantic_private__["_given_order"] = tuple(data)
         return record
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
@@ -110,10 +119,14 @@ class StageRecord(Contract):
     @model_serializer(mode="wrap")
     def _given_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        given = self.model_fields_set
-        first = [k for k in self._given_order if k in data and k in given]
-        rest = [k for k in data if k in given and k not in self._given_order]
-        return {k: data[k] for k in (*first, *rest)}
+        given = self.__pydantic_fields_set__
+        order: tuple[str, ...] = cast("dict[str, Any]", self.__pydantic_private__)["_given_order"]
+        if not order:
+            return {k: v for k, v in data.items() if k in given}
+        out = {k: data[k] for k in order if k in data}  # a key given is a field set (unknown ones dropped)
+        if len(out) < len(given):
+            out.update((k, v) for k, v in data.items() if k in given and k not in out)
+        return out
 
     @classmethod
     def __get_pydantic_json_schema__(
