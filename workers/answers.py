@@ -25,6 +25,7 @@ from checks.answer_contracts import (
     SentenceVerdict,
 )
 from checks.answer_labels import DEFAULT_CUTOFFS, LabelCutoffs
+from checks.contracts import QuestionInput
 from clients.results import AgentAnswer, Decision
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
@@ -126,7 +127,7 @@ def handle_answer_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) 
     """Ask the Agent API; store its text, results and the sentences to score (with their passages)."""
     started = datetime.now(UTC).isoformat()
     try:
-        body = gate.answer_request(str(item.input["question"]))
+        body = gate.answer_request(QuestionInput.read(item.input).question)
     except ValueError as exc:
         return Failed(str(exc))
     try:

@@ -56,15 +56,23 @@ class StreamLoad(Protocol):
     ) -> Staged: ...
 
 
+class BuildReport(Protocol):
+    """An entry item's report as JSON, from stored items only; `incomplete`: the job was cancelled before
+    every planned step of this entry ran (jobs/stages.py says when)."""
+
+    def __call__(
+        self, job: Job, entry: Item, children: Sequence[Item], /, *, incomplete: bool
+    ) -> Mapping[str, object]: ...
+
+
 @dataclass(frozen=True)
 class StageMachine:
     """What a staged kind plugs into jobs/stages.py (pure functions over stored items)."""
 
     # The next stage's children of an entry item whose children so far are all settled; [] = report now.
     plan: Callable[[Job, Item, Sequence[Item]], list[UnitSpec]]
-    # The entry item's report as JSON (a dict with at least checks.contracts.ReportHead's fields), built
-    # from stored items only: (job, entry item, children, incomplete=cancelled before every step ran).
-    build_report: Callable[..., dict[str, Any]]
+    # The entry item's report as JSON (at least checks.contracts.ReportHead's fields), checked by `report`.
+    build_report: BuildReport
     # The job summary from every entry item's (report status, report summary).
     summarize_reports: Callable[[Iterable[tuple[str | None, Mapping[str, Any] | None]]], Contract]
     # One results line from (custom_id, question, item status, stored report or None).
