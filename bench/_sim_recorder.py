@@ -7,7 +7,7 @@ the arrival times it judged by show how close a run came to that (the closest 11
 and whether the pipeline kept the limiter fed (gaps between arrivals). The clock is the simulator's own
 (`time.monotonic`, system-wide on Linux, so a benchmark on the same machine can relate it to its own).
 
-    python -m bench._sim_recorder --port 8700 --decisions-rps 10 --latency 0.3
+    python -m bench._sim_recorder --port 8700 --decisions-rps 10 --latency 0.3 [--pack-drift 0.01]
 
 `GET /bench/arrivals?key=KEY&endpoint=decisions[&reset=1]` answers `{"arrivals": [[t, accepted], ...]}`
 for that bearer key in arrival order; `reset=1` forgets what it returned.
@@ -102,12 +102,26 @@ def main() -> None:
     ap.add_argument("--decisions-rps", type=float, default=SimConfig().decisions_rps)
     ap.add_argument("--latency", type=float, default=0.0)
     ap.add_argument(
+        "--latency-per-question-ms",
+        type=float,
+        default=SimConfig().latency_per_question_s * 1000,
+        help="added per Decisions question beyond the first when --latency is above 0",
+    )
+    ap.add_argument("--tokens-per-question", type=int, default=SimConfig().tokens_per_question)
+    ap.add_argument("--pack-drift", type=float, default=0.0, help="test knob (factgate simulator --help)")
+    ap.add_argument(
         "--same-priority", action="store_true", help="share the host's CPU like any process (no real-time)"
     )
     args = ap.parse_args()
     priority = "normal priority (--same-priority)" if args.same_priority else stand_apart()
 
-    config = SimConfig(decisions_rps=args.decisions_rps, latency_s=args.latency)
+    config = SimConfig(
+        decisions_rps=args.decisions_rps,
+        latency_s=args.latency,
+        latency_per_question_s=args.latency_per_question_ms / 1000,
+        tokens_per_question=args.tokens_per_question,
+        pack_drift=args.pack_drift,
+    )
     app = create_app(config)
     state = simulator_state(app)
     recorder = RecordingLimiter(

@@ -12,6 +12,10 @@ start and tail around the steady part, gaps where the limiter had nobody waiting
 wire gate held a request back. Then one line: is the goal — at least 0.97 of the limit with 0 upstream
 429s in every run — met?
 
+`--kind citations` runs packed citations jobs instead (the shipped default: an answer's sentences in one
+request, docs/spec.md §9): RUNS jobs of N answers (examples/citations.jsonl cycled, each with its own id and
+text), the rate counted in upstream requests, since a request now answers several sentences.
+
 `--cpu-hog N` keeps N extra processes spinning on the CPU for the whole bench (on a 2-core host, 2 keeps
 both cores busy with unrelated work), to show the pacing holds on a busy host.
 
@@ -19,6 +23,7 @@ Afterwards, against the same simulator (another key, so another bucket), the pee
 a loop, the way a laptop script does it.
 
     .venv/bin/python bench/at_limit.py [--claims 600] [--runs 3] [--workers 1] [--cpu-hog 0]
+        [--kind claims|citations] [--answers 600]
         [--concurrency C] [--headroom H] [--margin M] [--peer-claims 60]
 
 Redis: FACTGATE_BENCH_REDIS_URL (its database is flushed); Postgres: FACTGATE_BENCH_PG_ADMIN_URL (a fresh
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
+import json
 import os
 import sys
 import time
@@ -47,9 +53,13 @@ import redis as redis_lib
 
 from bench._procs import REDIS_URL, Procs, flush_redis, free_port, fresh_database
 from checks import claims as claim_rules
+from checks.citation_rows import parse_citation_lines
+from checks.kinds.citations import CitationsOptions
+from checks.kinds.citations import parse_options as parse_citations_options
 from checks.options import ClaimsOptions, parse_claims_options
 from clients.perplexity import PerplexityClient
 from config import Settings
+from jobs.citations import citation_units
 from jobs.claims import claim_units
 from jobs.intake import create_job
 from jobs.tenancy import get_or_create_tenant
@@ -62,6 +72,22 @@ from workers.metrics import METRICS_KEY
 LIMIT = 10.0
 GOAL_RATIO = 0.97
 KEY = "bench-key"
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "citations.jsonl"
+
+
+def answers(n: int, tag: str) -> list[str]:
+    """`n` answers as NDJSON lines: the examples cycled, each with an id and a sentence of its own (so no
+    two requests are the same)."""
+    base = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+    out = []
+    for i in range(n):
+        row = dict(base[i % len(base)])
+        row["id"] = f"{tag}{i}"
+        row["answer"] = f"{row['answer']} Answer {tag}{i} ends here."
+        out.append(json.dumps(row))
+    return out
 
 
 def claims(n: int, tag: str) -> list[dict[str, object]]:
@@ -84,7 +110,8 @@ class Run:
     load: tuple[float, float] = (0.0, 0.0)  # the host's 1-minute load average at the start and the end
 
     def rate(self, n: int) -> float:
-        return n / self.elapsed
+        """Requests per second end to end: one per claim, or (packed citations) the requests sent."""
+        return (n if n else self.attempts) / self.elapsed
 
 
 def decisions_429s(sim: str) -> int:
@@ -105,12 +132,16 @@ def run_job(
     engine: Engine,
     sessions: sessionmaker[Session],
     settings: Settings,
-    opts: ClaimsOptions,
+    opts: ClaimsOptions | CitationsOptions,
     tag: str,
     n: int,
 ) -> Run:
-    rows = claim_rules.validate_rows(claims(n, tag))
-    units, _ = claim_units(rows, opts)
+    if isinstance(opts, CitationsOptions):
+        kind = "citations"
+        units, _ = citation_units(parse_citation_lines(answers(n, tag), max_rows=n), opts)
+    else:
+        kind = "claims"
+        units, _ = claim_units(claim_rules.validate_rows(claims(n, tag)), opts)
     before_429 = decisions_429s(sim)
     held_before, held_s_before = wire_held()
     celery = make_celery(settings, with_tasks=False)
@@ -120,7 +151,7 @@ def run_job(
     t0_wall, t0_mono = time.time(), time.monotonic()
     with session_scope(sessions) as s:
         tenant = get_or_create_tenant(s, "bench")
-        job, _ = create_job(s, tenant_id=tenant.id, kind="claims", options=opts.as_dict(), units=units)
+        job, _ = create_job(s, tenant_id=tenant.id, kind=kind, options=opts.as_dict(), units=units)
         job_id = job.id
     enqueue_start(celery, job_id)
     while True:
@@ -158,7 +189,7 @@ def report(i: int, run: Run, n: int, headroom: float) -> None:
     interval = 1 / (LIMIT * (1 - headroom))
     times = [t for t, _ok in run.arrivals]
     accepted = [t for t, ok in run.arrivals if ok]
-    print(f"run {i}: {n} claims, job {run.status}, {run.attempts} upstream attempts; host load "
+    print(f"run {i}: {n or run.attempts} {'claims' if n else 'requests'}, job {run.status}, {run.attempts} upstream attempts; host load "
           f"{run.load[0]:.1f} → {run.load[1]:.1f} (1-min average, {os.cpu_count()} cores)")  # fmt: skip
     print(f"  achieved                   {rate:.2f} req/s   ratio to limit {rate / LIMIT:.3f}   "
           f"submit → completed {run.elapsed:.2f} s")  # fmt: skip
@@ -185,6 +216,8 @@ def report(i: int, run: Run, n: int, headroom: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--claims", type=int, default=600)
+    ap.add_argument("--kind", choices=("claims", "citations"), default="claims")
+    ap.add_argument("--answers", type=int, default=600, help="answers per run with --kind citations")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--peer-claims", type=int, default=60)
     ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
@@ -237,10 +270,20 @@ def main() -> None:
             settings = Settings.from_env(procs.env)
             engine = make_engine(db_url)
             sessions = make_session_factory(engine)
-            opts = parse_claims_options({"mode": "grounded"})
+            citations = args.kind == "citations"
+            opts: ClaimsOptions | CitationsOptions = (
+                parse_citations_options({}) if citations else parse_claims_options({"mode": "grounded"})
+            )
+            size = args.answers if citations else args.claims
+            per_run = 0 if citations else args.claims  # citations: counted in requests sent
             best = args.claims / ((args.claims - 1) / (LIMIT * (1 - headroom)) + args.latency) / LIMIT
             studied = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none (shipped defaults)"
-            print(f"at the limit: {args.runs} × {args.claims} grounded claims, simulator {LIMIT:g} req/s, "
+            what = (
+                f"{args.answers} answers (citations, packed)"
+                if citations
+                else f"{args.claims} grounded claims"
+            )
+            print(f"at the limit: {args.runs} × {what}, simulator {LIMIT:g} req/s, "
                   f"latency {args.latency}s; {args.workers} worker process(es) × {shipped.worker_concurrency} "
                   f"threads + beat; cpu hogs {args.cpu_hog}")  # fmt: skip
             print(f"  settings under study: {studied}; headroom {headroom:g}, arrival margin "
@@ -248,14 +291,13 @@ def main() -> None:
                   f"sweep every {shipped.sweep_interval_s:g} s")  # fmt: skip
             sim_line = procs.log("simulator").strip().splitlines()[-1]
             print(f"  simulator (stands in for the remote API): {sim_line.partition(' at ')[2]}")
-            print(f"  (ceiling with this headroom: {1 - headroom:.3f} steady; {best:.3f} end to end for "
-                  f"{args.claims} claims, counting only the last answer's latency)")  # fmt: skip
+            if not citations:
+                print(f"  (ceiling with this headroom: {1 - headroom:.3f} steady; {best:.3f} end to end for "
+                      f"{args.claims} claims, counting only the last answer's latency)")  # fmt: skip
             for i in range(1, args.runs + 1):
-                run = run_job(
-                    sim, engine, sessions, settings, opts, f"r{i}-{uuid.uuid4().hex[:4]}-", args.claims
-                )
+                run = run_job(sim, engine, sessions, settings, opts, f"r{i}-{uuid.uuid4().hex[:4]}-", size)
                 runs.append(run)
-                report(i, run, args.claims, headroom)
+                report(i, run, per_run, headroom)
 
             if args.peer_claims > 0:
                 # The peer: one claim at a time, like the reference script, same simulator, its own key.
@@ -273,11 +315,11 @@ def main() -> None:
         finally:
             procs.stop()
 
-    ratios = [r.rate(args.claims) / LIMIT for r in runs]
+    ratios = [r.rate(per_run) / LIMIT for r in runs]
     throttled = [r.throttled for r in runs]
     met = len(runs) == args.runs and all(x >= GOAL_RATIO for x in ratios) and not any(throttled)
     if peer_rate is not None:
-        mean_rate = sum(r.rate(args.claims) for r in runs) / len(runs)
+        mean_rate = sum(r.rate(per_run) for r in runs) / len(runs)
         print(f"peer: one claim at a time, {args.peer_claims} claims against the same simulator")
         print(f"  achieved                   {peer_rate:.2f} req/s   ratio to limit {peer_rate / LIMIT:.3f}")
         print(f"  upstream 429s (peer)       {peer_429}")

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from checks.answer_labels import Label
 from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract, Usage
+from checks.packing_audit import PackingAudit
 
 __all__ = [
     "CitationCutoffs",
@@ -61,6 +62,12 @@ class CitationEntry(Contract):
     answer: str
     question: str | None = None
     sources: list[CitationSource]
+    unmarked: bool = Field(
+        default=False,
+        description="A RAGAS or DeepEval row whose answer has no [n] markers: each sentence is checked "
+        "against every source, as faithfulness is (factgate's own rows never are: their unmarked sentences "
+        "are uncited).",
+    )
 
 
 class CitationPassage(Contract):
@@ -91,6 +98,9 @@ class SentencePlan(Contract):
         default_factory=list,
         description="Other sources not asked about (past the 128-question cap): not checked for "
         "misattribution.",
+    )
+    unmarked: bool = Field(
+        default=False, description="The answer has no markers: `cited` is every source of the row."
     )
 
 
@@ -152,6 +162,11 @@ class CitationSentence(Contract):
     cited: list[str]
     missing: list[str]
     unchecked: list[str] = Field(default_factory=list)
+    unmarked: bool = Field(
+        default=False,
+        description="Checked against every source of the row (its answer has no markers): `cited` lists "
+        "them all, and the citation metrics (recall, precision, uncited) leave it out.",
+    )
     label: Label | None = None
     rule: str | None = None
     checkable: float | None = None
@@ -190,6 +205,11 @@ class CitationMetrics(Contract):
     contradicted_rate: float | None = None
     supported_by_sources: int = 0
     supported_share: float | None = None
+    unmarked: int = Field(
+        default=0,
+        description="Checkable sentences of answers without markers, checked against every source: in "
+        "supported share and contradicted rate, not in recall, precision or uncited rate.",
+    )
 
 
 class CitationReport(ReportHead):
@@ -238,3 +258,8 @@ class CitationsSummary(StoredContract):
     metrics: CitationMetrics
     cutoffs: CitationCutoffs
     request_counts: dict[str, int] | None = None
+    packing_audit: PackingAudit | None = Field(
+        default=None,
+        description="Packed sentences asked again one per request, compared (docs/spec.md §9.4); null when "
+        "the job packed nothing or audited nothing.",
+    )

@@ -28,6 +28,7 @@ __all__ = [
     "CitedSentence",
     "SplitError",
     "cited_sentences",
+    "has_markers",
 ]
 
 # What an id inside a marker may look like: a letter or digit, then letters, digits and `_.:#/-`.
@@ -72,6 +73,17 @@ class _Numbering:
         ):
             return match.group()  # prose in brackets ("[sic]"), not a citation
         return "".join(f"[{self.of(i)}]" for i in ids)
+
+
+def has_markers(answer: str, source_ids: Sequence[str]) -> bool:
+    """Whether any bracket of `answer` is a marker (it names a source of the row, or is all digits), by
+    the rule `cited_sentences` reads them with."""
+    known = set(source_ids)
+    for match in _GROUP.finditer(answer):
+        ids = [part.strip() for part in match.group(1).split(",")]
+        if any(i in known for i in ids) or all(i.isdigit() for i in ids):
+            return True
+    return False
 
 
 def cited_sentences(answer: str, source_ids: Sequence[str]) -> list[CitedSentence]:

@@ -180,17 +180,21 @@ def plan_sentences(entry: CitationEntry, *, misattribution: bool) -> list[Senten
     sentences = cited_sentences(entry.answer, [s.id for s in entry.sources])
     plans: list[SentencePlan] = []
     for s in sentences:
-        passages, unchecked = choose_passages(s.claim, s.cited, entry.sources, misattribution=misattribution)
+        # An unmarked answer (a RAGAS or DeepEval row without markers) is checked as faithfulness is:
+        # every sentence against every source, as if it cited them all.
+        cited = [x.id for x in entry.sources] if entry.unmarked else list(s.cited)
+        passages, unchecked = choose_passages(s.claim, cited, entry.sources, misattribution=misattribution)
         plans.append(
             SentencePlan(
                 number=s.number,
                 text=s.text,
                 claim=s.claim,
                 paragraph=s.paragraph,
-                cited=list(s.cited),
+                cited=cited,
                 missing=list(s.missing),
                 passages=passages,
                 unchecked=unchecked,
+                unmarked=entry.unmarked,
             )
         )
     return plans

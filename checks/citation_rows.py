@@ -10,6 +10,11 @@ flat CSV record cannot carry without an encoding of our own.
 
 Sources without an `id` are numbered by their position in the list, 1-based ("1", "2", ...), as the seed's
 `[1]` markers expect; an id that one of those positions would take is refused by name.
+
+RAGAS samples and DeepEval test cases are read too (checks/citation_formats.py): the first row decides the
+body's format unless the `input_format` option names it, and every row is then checked in that format's
+field names. Their contexts are the row's sources; an answer of theirs without markers is flagged
+`unmarked` (each sentence checked against every source).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
 from checks.citation_contracts import CitationEntry, CitationSource
-from checks.citation_markers import MARKER_ID
+from checks.citation_formats import FORMATS, TITLES, ForeignFormat, InputFormat, detect, other_format
+from checks.citation_markers import MARKER_ID, has_markers
 from checks.claims import ClaimsValidationError
 from checks.ndjson import (
     UNPRINTABLE_ID,
@@ -67,10 +73,11 @@ _URL: Final = re.compile(r"https?://[^\s]+", re.IGNORECASE)
 
 
 class CitationRow(NamedTuple):
-    """A valid row: the caller's id and the entry item's input."""
+    """A valid row: the caller's id, the entry item's input and the format it was read in."""
 
     id: str
     entry: CitationEntry
+    input_format: InputFormat = "factgate"
 
 
 class CitationsValidationError(ClaimsValidationError):
@@ -80,11 +87,25 @@ class CitationsValidationError(ClaimsValidationError):
 class _Checker(RowCollector):
     """Validates answer rows one at a time; `size` is the current row's size in bytes when known."""
 
-    def __init__(self, *, max_rows: int, unit: Unit, rows: Appender[CitationRow] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_rows: int,
+        unit: Unit,
+        rows: Appender[CitationRow] | None = None,
+        input_format: str = "auto",
+    ) -> None:
         super().__init__(max_rows=max_rows, unit=unit, noun="answers")
         self.kept: list[CitationRow] = []
         self.rows: Appender[CitationRow] = self.kept if rows is None else rows
         self.size: int | None = None
+        # The body's format: named by the option, else decided by its first object row.
+        self.format: InputFormat | None = None if input_format == "auto" else _named(input_format)
+        self.decided = (
+            "the input_format option says so"
+            if self.format is not None
+            else "one format a body: its first row decides it unless the input_format option names it"
+        )
 
     def sized(self, lines: Iterable[RowLine]) -> Iterator[RowLine]:
         """The lines, noting each one's size before the reader decodes it (the reader checks a line
@@ -117,16 +138,18 @@ class _Checker(RowCollector):
             return None
         return value
 
-    def _row_id(self, line: int, value: object) -> str | None:
-        row_id = self._string(line, "id", value, required=True)
+    def _row_id(self, line: int, value: object, field: str = "id") -> str | None:
+        row_id = self._string(line, field, value, required=True)
         if row_id is None:
             return None
         if not row_id.isprintable():
-            self.fail(line, "id", UNPRINTABLE_ID)
+            self.fail(line, field, UNPRINTABLE_ID)
         elif len(row_id) > MAX_QUESTION_ID_CHARS:
-            self.fail(line, "id", f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}")
+            self.fail(
+                line, field, f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}"
+            )
         elif (first := self.seen.get(row_id)) is not None:
-            self.fail(line, "id", f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
+            self.fail(line, field, f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
         else:
             self.seen[row_id] = line
             return row_id
@@ -202,14 +225,31 @@ class _Checker(RowCollector):
             sources.append(source)
         return sources if ok else None
 
+    def _oversized(self, line: int, obj: dict[str, object]) -> bool:
+        size = self.size if self.size is not None else len(json.dumps(obj, ensure_ascii=False).encode())
+        if size > MAX_ROW_BYTES:
+            self.fail(line, None, f"is {size:,} bytes, over the limit of {MAX_ROW_BYTES:,} per row")
+            return True
+        return False
+
     def check(self, line: int, obj: object) -> None:
+        if self.format is None and isinstance(obj, dict):
+            self.format = detect(obj)
+        elif self.format is not None and (other := other_format(obj, self.format)) is not None:
+            self.fail(
+                line,
+                None,
+                f"is a {TITLES[other]} row, but this body's rows are {TITLES[self.format]} ({self.decided})",
+            )
+            return
+        if self.format is not None and self.format in FORMATS:
+            self._check_foreign(line, obj, FORMATS[self.format])
+            return
         errors = len(self.errors) + self.more
         self.known_fields(line, obj, ALLOWED_FIELDS)
         if not isinstance(obj, dict):
             return
-        size = self.size if self.size is not None else len(json.dumps(obj, ensure_ascii=False).encode())
-        if size > MAX_ROW_BYTES:
-            self.fail(line, None, f"is {size:,} bytes, over the limit of {MAX_ROW_BYTES:,} per row")
+        if self._oversized(line, obj):
             return
         row_id = self._row_id(line, obj.get("id"))
         answer = self._string(line, "answer", obj.get("answer"), required=True, max_bytes=MAX_ANSWER_BYTES)
@@ -225,6 +265,62 @@ class _Checker(RowCollector):
                 CitationRow(row_id, CitationEntry(answer=answer, question=question, sources=sources))
             )
 
+    def _pick(self, line: int, obj: dict[str, object], names: tuple[str, ...]) -> tuple[str, object]:
+        """The field of one role (its current or an older name) and its value; both given is an error."""
+        given = [n for n in names if obj.get(n) is not None]
+        if len(given) > 1:
+            self.fail(line, given[1], f"give {given[0]} or {given[1]}, not both")
+        name = given[0] if given else names[0]
+        return name, obj.get(name)
+
+    def _contexts(self, line: int, field: str, value: object) -> list[CitationSource] | None:
+        """A RAGAS or DeepEval row's contexts (strings) as its sources "1", "2", ..."""
+        if value is None:
+            self.fail(line, field, "is required: the contexts the answer was written from, a list of strings")
+            return None
+        if not isinstance(value, list):
+            self.fail(line, field, f"must be a list of strings, got {show_value(value)}")
+            return None
+        if not value:
+            self.fail(line, field, "must hold at least one context: the answer is checked against them")
+            return None
+        if len(value) > MAX_SOURCES:
+            self.fail(line, field, f"has {len(value):,} contexts, over the limit of {MAX_SOURCES}")
+            return None
+        sources: list[CitationSource] = []
+        for index, text in enumerate(value):
+            checked = self._string(line, f"{field}[{index}]", text, required=True, max_bytes=MAX_SOURCE_BYTES)
+            if checked is not None:
+                sources.append(CitationSource(id=str(index + 1), text=checked))
+        return sources if len(sources) == len(value) else None
+
+    def _check_foreign(self, line: int, obj: object, spec: ForeignFormat) -> None:
+        """One RAGAS sample or DeepEval test case, every problem named by its own field."""
+        errors = len(self.errors) + self.more
+        self.known_fields(line, obj, spec.fields)
+        if not isinstance(obj, dict) or self._oversized(line, obj):
+            return
+        id_field = spec.row_id[0]
+        raw_id = obj.get(id_field)
+        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+            raw_id = str(raw_id)
+        row_id = self._row_id(line, f"row-{line}" if raw_id is None else raw_id, id_field)
+        answer_field, raw_answer = self._pick(line, obj, spec.answer)
+        answer = self._string(line, answer_field, raw_answer, required=True, max_bytes=MAX_ANSWER_BYTES)
+        question_field, raw_question = self._pick(line, obj, spec.question)
+        question = self._string(
+            line, question_field, raw_question, required=False, max_bytes=MAX_QUESTION_BYTES
+        )
+        contexts_field, raw_contexts = self._pick(line, obj, spec.contexts)
+        sources = self._contexts(line, contexts_field, raw_contexts)
+        clean = len(self.errors) + self.more == errors
+        if clean and not self.errors and row_id is not None and answer is not None and sources is not None:
+            unmarked = not has_markers(answer, [s.id for s in sources])
+            entry = CitationEntry(
+                answer=answer, question=question or None, sources=sources, unmarked=unmarked
+            )
+            self.rows.append(CitationRow(row_id, entry, spec.name))
+
     def result(self) -> list[CitationRow]:
         if self.count == 0 and not self.errors:
             self.fail(None, None, "no answers")
@@ -233,32 +329,50 @@ class _Checker(RowCollector):
         return self.kept
 
 
+def _named(input_format: str) -> InputFormat:
+    if input_format == "ragas":
+        return "ragas"
+    if input_format == "deepeval":
+        return "deepeval"
+    if input_format == "factgate":
+        return "factgate"
+    raise ValueError(f"unknown input format {input_format!r}")
+
+
 def parse_citation_lines(
-    lines: Iterable[RowLine], *, max_rows: int = DEFAULT_MAX_ANSWERS
+    lines: Iterable[RowLine], *, max_rows: int = DEFAULT_MAX_ANSWERS, input_format: str = "auto"
 ) -> list[CitationRow]:
     """Validate an NDJSON batch of answers, all or nothing (a CSV body's records are refused: see
     CSV_REFUSAL). Raises CitationsValidationError."""
-    checker = _Checker(max_rows=max_rows, unit="line")
+    checker = _Checker(max_rows=max_rows, unit="line", input_format=input_format)
     feed_ndjson(checker.sized(lines), checker)
     return checker.result()
 
 
 def stream_citation_rows(
-    lines: Iterable[RowLine], rows: Appender[CitationRow], *, max_rows: int = DEFAULT_MAX_ANSWERS
+    lines: Iterable[RowLine],
+    rows: Appender[CitationRow],
+    *,
+    max_rows: int = DEFAULT_MAX_ANSWERS,
+    input_format: str = "auto",
 ) -> int:
     """Validate an NDJSON batch line by line, handing valid rows to `rows` as they are read (until the
     first problem). Returns the number of rows; raises CitationsValidationError."""
-    checker = _Checker(max_rows=max_rows, unit="line", rows=rows)
+    checker = _Checker(max_rows=max_rows, unit="line", rows=rows, input_format=input_format)
     feed_ndjson(checker.sized(lines), checker)
     checker.result()
     return checker.count
 
 
 def validate_citation_rows(
-    objs: Sequence[object], *, max_rows: int = DEFAULT_MAX_ANSWERS, unit: Unit = "item"
+    objs: Sequence[object],
+    *,
+    max_rows: int = DEFAULT_MAX_ANSWERS,
+    unit: Unit = "item",
+    input_format: str = "auto",
 ) -> list[CitationRow]:
     """Validate already-parsed rows (a JSON array), all or nothing; errors name `item N` (1-based)."""
-    checker = _Checker(max_rows=max_rows, unit=unit)
+    checker = _Checker(max_rows=max_rows, unit=unit, input_format=input_format)
     if len(objs) > max_rows:
         checker.fail(None, None, f"too many answers: {len(objs):,}, the limit is {max_rows:,} per batch")
         return checker.result()

@@ -23,6 +23,10 @@ Metrics, over the checkable sentences (scored, and not `not_checkable`) — ALCE
   answer's faithfulness to everything retrieved, as RAGAS faithfulness measures it) / checkable
   sentences. Without misattribution only cited sources are asked, so it equals the recall.
 
+An **unmarked** sentence (a RAGAS or DeepEval answer without markers, checked against every source of its
+row) has no citations to judge: it counts in supported share and the contradicted rate, and recall,
+precision and the uncited rate are over the marked checkable sentences only (`unmarked` counts the rest).
+
 A job's metrics sum every answer's numerators and denominators (micro average).
 """
 
@@ -48,6 +52,7 @@ from checks.citation_contracts import (
 __all__ = [
     "FLAGGED",
     "MISSING_SOURCE",
+    "UNMARKED_RULE",
     "add_metrics",
     "check_cutoffs",
     "judge",
@@ -56,6 +61,8 @@ __all__ = [
 ]
 
 MISSING_SOURCE: Final = "the row has no source with that id"
+# How a sentence of an answer without markers says it was judged (its rule, in the report, CSV and pages).
+UNMARKED_RULE: Final = "no markers, checked against every source"
 # Labels whose own citations do not support the sentence: where another source's support is news.
 FLAGGED: Final = frozenset({"weak", "unsupported", "contradicted", "uncited"})
 
@@ -137,6 +144,8 @@ def judge(
         for p in plan.passages
     ]
     rule = result.rule
+    if plan.unmarked:
+        rule = f"{UNMARKED_RULE}: {rule}"
     if misattributed:
         rule += "; supported by uncited " + ", ".join(f"[{s}]" for s in misattributed)
     return CitationSentence(
@@ -148,6 +157,7 @@ def judge(
         cited=list(plan.cited),
         missing=list(plan.missing),
         unchecked=list(plan.unchecked),
+        unmarked=plan.unmarked,
         label=result.label,
         rule=rule,
         checkable=score.checkable,
@@ -175,6 +185,7 @@ def relabel(
         cited=sentence.cited,
         missing=sentence.missing,
         unchecked=sentence.unchecked,
+        unmarked=sentence.unmarked,
         passages=[
             CitationPassage(
                 key=p.key, source=p.source, chunk=p.chunk, chunks=p.chunks, role=p.role, text=p.text
@@ -215,6 +226,7 @@ class _Tally:
     misattributed: int = 0
     contradicted: int = 0
     supported_by_sources: int = 0
+    unmarked: int = 0
 
     def add(self, m: CitationMetrics) -> None:
         for name in _COUNTS:
@@ -224,6 +236,7 @@ class _Tally:
 
     def metrics(self) -> CitationMetrics:
         n = self.checkable
+        marked = n - self.unmarked
         return CitationMetrics(
             sentences=self.sentences,
             scored=self.scored,
@@ -232,16 +245,17 @@ class _Tally:
             citations=self.citations,
             supporting_citations=self.supporting_citations,
             supported_by_citations=self.supported_by_citations,
-            citation_recall=_rate(self.supported_by_citations, n),
+            citation_recall=_rate(self.supported_by_citations, marked),
             citation_precision=_rate(self.supporting_citations, self.citations),
             uncited=self.uncited,
-            uncited_rate=_rate(self.uncited, n),
+            uncited_rate=_rate(self.uncited, marked),
             misattributed=self.misattributed,
             misattributed_rate=_rate(self.misattributed, n),
             contradicted=self.contradicted,
             contradicted_rate=_rate(self.contradicted, n),
             supported_by_sources=self.supported_by_sources,
             supported_share=_rate(self.supported_by_sources, n),
+            unmarked=self.unmarked,
         )
 
 
@@ -256,6 +270,7 @@ _COUNTS: Final = (
     "misattributed",
     "contradicted",
     "supported_by_sources",
+    "unmarked",
 )
 
 
@@ -271,13 +286,16 @@ def metrics_of(sentences: Iterable[CitationSentence]) -> CitationMetrics:
         if s.label == "not_checkable":
             continue
         t.checkable += 1
+        t.contradicted += 1 if s.label == "contradicted" else 0
+        t.supported_by_sources += 1 if s.supported_by or s.misattributed else 0
+        if s.unmarked:
+            t.unmarked += 1
+            continue
         t.citations += len(s.cited) + len(s.missing)
         t.supporting_citations += len(s.supported_by)
         t.supported_by_citations += 1 if s.supported_by else 0
         t.uncited += 1 if s.label == "uncited" else 0
         t.misattributed += 1 if s.misattributed else 0
-        t.contradicted += 1 if s.label == "contradicted" else 0
-        t.supported_by_sources += 1 if s.supported_by or s.misattributed else 0
     return t.metrics()
 
 

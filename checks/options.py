@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
 from checks.fairness import PRIORITIES, Priority
+from checks.packing import MAX_PACK_SIZE
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.webhooks import WebhookUrlError, validate_webhook_url
 
@@ -43,6 +44,26 @@ def number_option(raw: Mapping[str, Any], name: str, default: float | None) -> f
     if not isinstance(value, int | float) or not math.isfinite(value):
         raise OptionsError(name, f"must be a finite number, got {raw[name]!r}")
     return float(value)
+
+
+def pack_size_option(raw: Mapping[str, Any], default: int) -> int:
+    """`pack_size`: the most items (sentences, claims) one upstream request may carry, 1 to 128."""
+    value = number_option(raw, "pack_size", float(default))
+    assert value is not None
+    if value != int(value) or not 1 <= value <= MAX_PACK_SIZE:
+        raise OptionsError(
+            "pack_size", f"must be a whole number from 1 to {MAX_PACK_SIZE}, got {raw['pack_size']!r}"
+        )
+    return int(value)
+
+
+def audit_share_option(raw: Mapping[str, Any], default: float) -> float:
+    """`audit_share`: the share of packed answers re-asked one sentence per request (0 turns it off)."""
+    value = number_option(raw, "audit_share", default)
+    assert value is not None
+    if not 0.0 <= value <= 1.0:
+        raise OptionsError("audit_share", f"must be between 0 and 1, got {raw['audit_share']!r}")
+    return value
 
 
 def webhook_url_option(raw: Mapping[str, Any]) -> str | None:
@@ -88,6 +109,8 @@ class ClaimsOptions:
     priority: Priority = "batch"
     # Sent a signed message when the job completes, fails or is cancelled (else the tenant's default URL).
     webhook_url: str | None = None
+    # Ungrounded claims per Decisions request (docs/spec.md §9.3); 1 sends one request a claim.
+    pack_size: int = 1
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -99,7 +122,16 @@ class ClaimsOptions:
 
 
 CLAIMS_OPTION_NAMES = frozenset(
-    {"model", "mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url"}
+    {
+        "model",
+        "mode",
+        "supported_min",
+        "contradicted_max",
+        "budget_usd",
+        "priority",
+        "webhook_url",
+        "pack_size",
+    }
 )
 
 
@@ -132,6 +164,14 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    pack_size = pack_size_option(raw, 1)
+    if pack_size > 1 and mode != "ungrounded":
+        raise OptionsError(
+            "pack_size",
+            f"must be 1 with mode {mode}: a grounded request's web search is built from the question text "
+            "and the start of the state, so claims packed in one request would share one search and its "
+            "evidence (docs/spec.md §9.3); pack claims with mode ungrounded",
+        )
     return ClaimsOptions(
         model=model,
         mode=cast(JobMode, mode),
@@ -140,6 +180,7 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         budget_usd=budget,
         priority=priority_option(raw),
         webhook_url=webhook_url_option(raw),
+        pack_size=pack_size,
     )
 
 

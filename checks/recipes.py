@@ -29,10 +29,13 @@ class KindOptions(Protocol):
 
 @dataclass(frozen=True)
 class RowLimits:
-    """The deployment's row limits (from Settings; checks/ does not read configuration itself)."""
+    """The deployment's row limits (from Settings; checks/ does not read configuration itself), and the
+    format the submission names for its rows (`input_format`, for a kind that reads more than one; "auto":
+    the kind decides)."""
 
     max_rows: int
     max_claim_bytes: int
+    input_format: str = "auto"
 
 
 @dataclass(frozen=True)

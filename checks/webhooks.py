@@ -8,7 +8,9 @@ the base64 HMAC-SHA256 of `"{id}.{timestamp}.{body}"` keyed by the secret's byte
 libraries.
 
 Which addresses a webhook may reach is decided where it is sent (clients/webhooks.py resolves the host and
-refuses private, loopback, link-local and other special addresses); intake only checks the URL's shape.
+refuses private, loopback, link-local and other special addresses); intake only checks the URL's shape,
+and that its host can be written in ASCII (`ascii_host`: an internationalized name goes out in its IDNA
+`xn--` form, in the `Host` header and to the resolver).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import hmac
 import secrets
 import unicodedata
 from urllib.parse import urlsplit
+
+import idna
 
 MAX_URL_CHARS = 2_048
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the documented prefix of a signing secret, not a secret
@@ -33,6 +37,18 @@ MAX_WAIT_S = 2 * 3600.0
 
 class WebhookUrlError(ValueError):
     """A URL that cannot be a webhook target; the message says why."""
+
+
+def ascii_host(host: str) -> str:
+    """`host` as it goes on the wire: unchanged when ASCII, else its IDNA (UTS 46) `xn--` form, lower
+    case. WebhookUrlError when it has no such form (e.g. a label of symbols, or longer than 63 characters)."""
+    if host.isascii():
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError) as exc:
+        why = f"has a host that cannot be written as an internationalized name ({exc})"
+        raise WebhookUrlError(why) from None
 
 
 def validate_webhook_url(value: object) -> str:
@@ -55,6 +71,7 @@ def validate_webhook_url(value: object) -> str:
         raise WebhookUrlError(f"must be an http or https URL, got scheme {parts.scheme or 'none'!r}")
     if not host:
         raise WebhookUrlError("must name a host")
+    ascii_host(host)
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise WebhookUrlError("must not carry a user name or password (the request is signed instead)")
     if parts.fragment:

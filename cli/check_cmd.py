@@ -13,8 +13,10 @@ from typing import Any
 
 import click
 
+from checks.gates import Gate
 from checks.kinds.claims import ClaimResult
 from cli.errors import InputError
+from cli.gate import gate_options
 from cli.kinds import cli_kind, render_line
 from cli.render import claim_modes, claims_table, scorecard_lines
 from cli.run import announce, fetch_job, finish, wait
@@ -82,6 +84,7 @@ def _command_line(*parts: str | None) -> str:
     help="Where to write the HTML report (embedded; default instance/reports/).",
 )
 @click.option("--rows", type=click.IntRange(0), default=DEFAULT_ROWS, show_default=True, help="Table rows.")
+@gate_options("claims")
 def check(
     *,
     file: Path | None,
@@ -95,6 +98,9 @@ def check(
     resume_id: str | None,
     report_path: Path | None,
     rows: int,
+    fail_under: tuple[Gate, ...] = (),
+    fail_over: tuple[Gate, ...] = (),
+    junit_path: Path | None = None,
 ) -> None:
     """Check the claims in FILE (NDJSON: id, claim, optional label/kind/source) and print the verdicts.
 
@@ -125,7 +131,14 @@ def check(
             click.echo(f"job {job['id']}: {n} requests queued", err=True)
         hint = _command_line("check", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
         job = wait(target, job, resume_hint=hint)
-        finish(target, job, report_path=report_path, render=lambda: _claims_output(target, job, data, rows))
+        finish(
+            target,
+            job,
+            report_path=report_path,
+            render=lambda: _claims_output(target, job, data, rows),
+            gates=(*fail_under, *fail_over),
+            junit_path=junit_path,
+        )
 
 
 def _srv(server: str | None) -> tuple[str, ...]:
@@ -151,6 +164,8 @@ def _question_command(
     token: str | None,
     resume_id: str | None,
     report_path: Path | None,
+    gates: tuple[Gate, ...] = (),
+    junit_path: Path | None = None,
 ) -> None:
     srv = server_from(server)
     with open_target(srv, token_from(token), run_worker=True) as target:
@@ -175,7 +190,7 @@ def _question_command(
                 lines.extend(render_line(kind, line))
             return lines
 
-        finish(target, job, report_path=report_path, render=output)
+        finish(target, job, report_path=report_path, render=output, gates=gates, junit_path=junit_path)
 
 
 def _question_options(fn: Any) -> Any:
@@ -200,6 +215,7 @@ def _question_options(fn: Any) -> Any:
 @click.command()
 @click.argument("question")
 @_question_options
+@gate_options("answer")
 def ask(
     *,
     question: str,
@@ -208,6 +224,9 @@ def ask(
     token: str | None,
     resume_id: str | None,
     report_path: Path | None,
+    fail_under: tuple[Gate, ...],
+    fail_over: tuple[Gate, ...],
+    junit_path: Path | None,
 ) -> None:
     """Answer gate: ask the Agent API, score every sentence against its sources, re-check weak ones."""
     _question_command(
@@ -218,6 +237,8 @@ def ask(
         token=token,
         resume_id=resume_id,
         report_path=report_path,
+        gates=(*fail_under, *fail_over),
+        junit_path=junit_path,
     )
 
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
 from checks.citation_contracts import CitationsSummary
+from checks.citation_formats import INPUT_FORMATS, read_document
+from checks.gates import Gate
 from cli.check_cmd import _command_line, _read_file, _server_options, _srv
 from cli.errors import InputError
+from cli.gate import gate_options
 from cli.kinds import render_line
 from cli.kinds.citations import metrics_line
 from cli.run import announce, fetch_job, finish, wait
@@ -41,6 +45,14 @@ from cli.target import Target, open_target, server_from, token_from
     help="agent: suggest a rewrite of flagged sentences of answers with a question (Agent API).",
 )
 @click.option("--budget-usd", type=float, default=None, help="Stop sending requests past this spend.")
+@click.option(
+    "--input-format",
+    type=click.Choice(INPUT_FORMATS),
+    default="auto",
+    show_default=True,
+    help="How FILE's rows are written: factgate's, RAGAS samples or DeepEval test cases (auto: the first "
+    "row tells).",
+)
 @_server_options
 @click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
 @click.option(
@@ -50,6 +62,7 @@ from cli.target import Target, open_target, server_from, token_from
     default=None,
     help="Where to write the HTML report (embedded; default instance/reports/).",
 )
+@gate_options("citations")
 def citations(
     *,
     file: Path | None,
@@ -65,12 +78,18 @@ def citations(
     token: str | None,
     resume_id: str | None,
     report_path: Path | None,
+    input_format: str = "auto",
+    fail_under: tuple[Gate, ...] = (),
+    fail_over: tuple[Gate, ...] = (),
+    junit_path: Path | None = None,
 ) -> None:
-    """Check the answers in FILE (NDJSON: id, answer, sources, optional question) against their sources.
+    """Check the answers in FILE against their sources: factgate rows (id, answer, sources, optional
+    question), RAGAS samples (user_input, response, retrieved_contexts) or DeepEval test cases (input,
+    actual_output, retrieval_context), as NDJSON, a JSON array or a JSON object with a list of cases.
 
     Prints each answer's sentences with their labels, misattributed and missing citations, and the
     citation metrics of each answer and of the job. Ctrl-C leaves the job saved; the command prints how
-    to resume it.
+    to resume it. --fail-under/--fail-over make it a CI gate (exit 3 on a miss).
     """
     if file is None and resume_id is None:
         raise InputError("give an answers FILE (or --resume JOB to continue an earlier check)")
@@ -86,18 +105,42 @@ def citations(
         "review": review,
         "budget_usd": budget_usd,
         "priority": "interactive",  # someone is waiting at a terminal
+        "input_format": None if input_format == "auto" else input_format,
     }
     with open_target(srv, token_from(token), run_worker=True) as target:
         announce(target)
         if resume_id is not None:
             job = fetch_job(target, resume_id, "citations")
         else:
-            job = target.client.submit_ndjson(data, kind="citations", options=options, input_name=str(file))
+            job = _submit(target, data, options, str(file))
             n = (job.get("request_counts") or {}).get("total", 0)
             click.echo(f"job {job['id']}: {n} answers queued", err=True)
+            for warning in job.get("warnings") or []:
+                click.echo(warning, err=True)  # how the rows were read (RAGAS, DeepEval)
         hint = _command_line("citations", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
         job = wait(target, job, resume_hint=hint)
-        finish(target, job, report_path=report_path, render=lambda: _output(target, job))
+        finish(
+            target,
+            job,
+            report_path=report_path,
+            render=lambda: _output(target, job),
+            gates=(*fail_under, *fail_over),
+            junit_path=junit_path,
+        )
+
+
+def _submit(target: Target, data: bytes, options: Mapping[str, object], name: str) -> dict[str, Any]:
+    """NDJSON goes as it is (streamed by the server); a JSON document's rows go as a JSON body's items,
+    their problems named as the file names them (`test_cases[2].retrieval_context`)."""
+    document = read_document(data)
+    if document.shape == "ndjson":
+        return target.client.submit_ndjson(data, kind="citations", options=options, input_name=name)
+    body = {
+        "kind": "citations",
+        "options": {k: v for k, v in options.items() if v is not None},
+        "items": document.items,
+    }
+    return target.client.submit_json(body, input_name=name, items_name=document.container or "items")
 
 
 def _output(target: Target, job: Mapping[str, object]) -> list[str]:

@@ -5,12 +5,9 @@ The same client talks to a remote server (`--server URL`) and to the app running
 exact validation, intake and status code of the API either way. API errors become one-line
 `CliError`s that name the line and field of a bad file.
 
-A 503 is the server saying "a dependency is down for a moment, come back in Retry-After seconds" (a
-Postgres restart, docs/operations.md): the client waits as told and asks again, for at most
-`UNAVAILABLE_BUDGET_S` in all, so `factgate check --wait` or `factgate status` rides through a restart
-instead of dying on its first poll. Only requests that are safe to repeat are asked again: reads, cancel
-and delete (both idempotent on the server), and a submission only when it carries an Idempotency-Key
-(the server answers a repeat with the job it stored the first time). Tenacity does the waiting.
+A 503 is answered as clients/factgate_http.py says (shared with the Python client, factgate/): the client
+waits as told and asks again for a while, so `factgate check --wait` or `factgate status` rides through a
+restart instead of dying on its first poll; only requests safe to repeat are asked again.
 """
 
 from __future__ import annotations
@@ -20,46 +17,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, nap, retry_if_result, stop_after_delay
 
 from cli.errors import CliError, InputError
+from clients.factgate_http import (
+    NDJSON,
+    SUBMIT_TIMEOUT,
+    TIMEOUT,
+    UNAVAILABLE_BUDGET_S,
+    error_body,
+    patiently,
+)
 from clients.tls import trust_store
 
-NDJSON = "application/x-ndjson"
-TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-# Submissions can be large (up to 64 MB): the server may need a while to validate and store them.
-SUBMIT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
-# How long in all the client keeps asking again while the server answers 503 (module docstring): longer than a
-# Postgres restart or a Redis failover takes, short enough that a real outage still ends the command.
-UNAVAILABLE_BUDGET_S = 60.0
-# The longest single wait, whatever Retry-After says (a server may ask for more than the budget allows).
-UNAVAILABLE_MAX_WAIT_S = 10.0
-DEFAULT_RETRY_AFTER_S = 2.0
-
-
-def _unavailable(response: httpx.Response) -> bool:
-    return response.status_code == 503
-
-
-def _retry_after_s(state: RetryCallState) -> float:
-    """The wait the last 503 asked for (its Retry-After in seconds), bounded; a default when absent."""
-    outcome = state.outcome
-    response = outcome.result() if outcome is not None and not outcome.failed else None
-    header = response.headers.get("retry-after") if isinstance(response, httpx.Response) else None
-    try:
-        wait = float(header) if header is not None else DEFAULT_RETRY_AFTER_S
-    except ValueError:  # an HTTP-date: our server sends seconds, so this is a proxy's; use the default
-        wait = DEFAULT_RETRY_AFTER_S
-    return min(max(wait, 0.0), UNAVAILABLE_MAX_WAIT_S)
-
-
-def _error_body(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    err = body.get("error") if isinstance(body, dict) else None
-    return err if isinstance(err, dict) else {}
+__all__ = ["NDJSON", "UNAVAILABLE_BUDGET_S", "ApiClient"]
 
 
 class ApiClient:
@@ -100,18 +70,8 @@ class ApiClient:
     # --- plumbing ----------------------------------------------------------------------------------
 
     def _patiently(self, call: Callable[[], httpx.Response]) -> httpx.Response:
-        """`call()` again while it answers 503, as the module docstring says; the last answer is returned
-        (a 503 still, once the budget is spent, for the caller to raise as usual)."""
-        retrying = Retrying(
-            retry=retry_if_result(_unavailable),
-            wait=_retry_after_s,
-            stop=stop_after_delay(self._unavailable_budget_s),
-            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
-            reraise=True,
-            sleep=self._sleep or nap.sleep,
-        )
-        response: httpx.Response = retrying(call)
-        return response
+        """`call()` again while it answers 503 (clients/factgate_http.py); the last answer is returned."""
+        return patiently(call, budget_s=self._unavailable_budget_s, sleep=self._sleep)
 
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -126,9 +86,11 @@ class ApiClient:
             self._raise(response, path)
         return response
 
-    def _raise(self, response: httpx.Response, path: str, input_name: str | None = None) -> None:
+    def _raise(
+        self, response: httpx.Response, path: str, input_name: str | None = None, items_name: str = "items"
+    ) -> None:
         status = response.status_code
-        err = _error_body(response)
+        err = error_body(response)
         message = str(err.get("message") or response.reason_phrase or f"HTTP {status}")
         if status == 401:
             raise InputError(
@@ -140,7 +102,7 @@ class ApiClient:
         if status == 404:
             raise CliError(f"{self.where} does not look like a factgate server (404 on {path})")
         if status in (400, 413, 415):
-            raise InputError(_input_message(err, message, input_name))
+            raise InputError(_input_message(err, message, input_name, items_name))
         if status == 409:
             raise CliError(message)
         raise CliError(f"factgate at {self.where} answered HTTP {status}: {message}")
@@ -195,9 +157,15 @@ class ApiClient:
         return job
 
     def submit_json(
-        self, body: Mapping[str, Any], *, idempotency_key: str | None = None, input_name: str | None = None
+        self,
+        body: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        input_name: str | None = None,
+        items_name: str = "items",
     ) -> dict[str, Any]:
-        """POST /v1/jobs with a JSON body (`kind`, `options`, `items`)."""
+        """POST /v1/jobs with a JSON body (`kind`, `options`, `items`); row problems name the items as the
+        input file does (`items_name`: `test_cases` for a DeepEval file's `test_cases[2]`)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
 
         def post() -> httpx.Response:
@@ -208,7 +176,7 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         if response.status_code >= 400:
-            self._raise(response, "/v1/jobs", input_name)
+            self._raise(response, "/v1/jobs", input_name, items_name)
         job: dict[str, Any] = response.json()
         return job
 
@@ -264,13 +232,17 @@ def _reason(exc: BaseException) -> str:
     return text.split("\n", 1)[0]
 
 
-def _input_message(err: Mapping[str, Any], message: str, input_name: str | None) -> str:
+def _input_message(
+    err: Mapping[str, Any], message: str, input_name: str | None, items_name: str = "items"
+) -> str:
     """A bad submission: row problems name the file, then the first problem's line and field and the count;
     anything else (an option, the body's size or type) is the server's message as it is."""
     errors = err.get("errors")
     if not (input_name and isinstance(errors, list) and errors and isinstance(errors[0], dict)):
         return message
     first = str(errors[0].get("message") or message)
+    if items_name != "items" and first.startswith("items["):
+        first = items_name + first.removeprefix("items")
     where = f"{input_name} " if first.startswith(("line ", "items[")) else f"{input_name}: "
     total = len(errors)
     count = "" if total == 1 else f"{total} problems in all; "

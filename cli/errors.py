@@ -2,6 +2,7 @@
 
 - 2: the caller must change something (a bad file, option, token or job id; click usage errors);
 - 1: something at run time went wrong (server unreachable, server error, a job that failed);
+- 3: the job completed but a figure missed its `--fail-under` / `--fail-over` gate (cli/gate.py);
 - 130: interrupted (Ctrl-C).
 No tracebacks: an unexpected exception is one line too (FACTGATE_DEBUG=1 shows the traceback).
 """
@@ -20,6 +21,7 @@ from config.logging import redact, secrets_from_env
 
 EXIT_RUNTIME = 1
 EXIT_INPUT = 2
+EXIT_GATE = 3
 EXIT_INTERRUPTED = 130
 
 

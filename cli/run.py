@@ -7,14 +7,16 @@ how to resume; against a server, the job simply keeps running there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
+from checks.gates import Gate
 from cli.errors import EXIT_INTERRUPTED, CliError
+from cli.gate import enforce, gate_lines, write_report
 from cli.progress import wait_for_job
 from cli.render import SIMULATED_NOTE
 from cli.report import write_local_report
@@ -83,8 +85,11 @@ def finish(
     *,
     report_path: Path | None,
     render: Callable[[], list[str]],
+    gates: Sequence[Gate] = (),
+    junit_path: Path | None = None,
 ) -> int:
-    """Print the rendered results, the job line, the report location and the simulator note."""
+    """Print the rendered results, the job line, the report location and the simulator note; write the
+    JUnit XML when asked, and hold a completed job to its gates (exit 3 on a miss, cli/gate.py)."""
     for line in render():
         click.echo(line)
     job_id = str(job["id"])
@@ -104,8 +109,13 @@ def finish(
         click.echo(f"report: {target.job_page(job_id)}")
     if job.get("simulated"):
         click.echo(f"note: {job.get('simulated_note') or SIMULATED_NOTE}")
+    kind = str(job.get("kind"))
+    missed = gate_lines(kind, job, gates) if job.get("status") == "completed" else []
+    if junit_path is not None:
+        write_report(target, kind, job, junit_path, missed)
     if job.get("status") == "failed":
         raise CliError(f"job {job_id} failed: {job.get('error') or 'see the report'}")
     if job.get("status") == "cancelled":
         raise CliError(f"job {job_id} was cancelled; the results above are partial")
+    enforce(missed, gates)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime
 
 import click
@@ -43,6 +44,28 @@ def _fault_list(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--latency-model", default=DEFAULTS.latency, show_default=True, type=click.Choice(LATENCY_MODELS)
 )
 @click.option("--latency-sd", default=DEFAULTS.latency_sd, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--latency-per-question-ms",
+    default=DEFAULTS.latency_per_question_s * 1000,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Milliseconds a Decisions question beyond the first adds, when --latency is above 0.",
+)
+@click.option(
+    "--tokens-per-question",
+    default=DEFAULTS.tokens_per_question,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Input tokens a Decisions question beyond the first costs at least (the state counts once).",
+)
+@click.option(
+    "--pack-drift",
+    default=DEFAULTS.pack_drift,
+    show_default=True,
+    type=click.FloatRange(-1, 1),
+    help="Test knob: move every probability of a packed Decisions request (a state with a `claims` "
+    "object) by D x the question's 0-based position, within [0.001, 0.999].",
+)
 @click.option(
     "--fault-rate",
     default=DEFAULTS.fault_rate,
@@ -103,6 +126,9 @@ def simulator(  # noqa: PLR0917 - click passes every option as a parameter
     latency: float,
     latency_model: str,
     latency_sd: float,
+    latency_per_question_ms: float,
+    tokens_per_question: int,
+    pack_drift: float,
     fault_rate: float,
     faults: tuple[str, ...],
     slow_s: float,
@@ -119,6 +145,8 @@ def simulator(  # noqa: PLR0917 - click passes every option as a parameter
     --no-test-headers, a request may carry X-Sim-Fault: KIND|none, X-Sim-Latency: SECONDS and
     X-Sim-Retry-After: VALUE to force its fault, delay or 429 Retry-After.
     """
+    if not math.isfinite(pack_drift):  # FloatRange lets "nan" through
+        raise click.BadParameter("must be a finite number", param_hint="--pack-drift")
     config = SimConfig(
         knowledge_cutoff=date(knowledge_cutoff.year, knowledge_cutoff.month, knowledge_cutoff.day),
         seed=seed,
@@ -129,6 +157,9 @@ def simulator(  # noqa: PLR0917 - click passes every option as a parameter
         latency=latency_model,
         latency_s=latency,
         latency_sd=latency_sd,
+        latency_per_question_s=latency_per_question_ms / 1000,
+        tokens_per_question=tokens_per_question,
+        pack_drift=pack_drift,
         fault_rate=fault_rate,
         faults=faults,
         slow_s=slow_s,

@@ -35,7 +35,13 @@ from clients.results import AgentAnswer, Decision, SearchResponse
 from clients.retry import RetryPolicy, retryable_exception, retryable_status
 from clients.sanitize import ERROR, REQUEST_ID, clean, storable_chars
 from clients.tls import trust_store
-from clients.validation import MalformedResponseError, validate_agent, validate_decision, validate_search
+from clients.validation import (
+    MalformedResponseError,
+    validate_agent,
+    validate_decision,
+    validate_partial_decision,
+    validate_search,
+)
 from clients.wire_ack import acking_transport, await_arrival, forget_written
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
@@ -381,9 +387,14 @@ class PerplexityClient:
 
     # --- the three APIs -----------------------------------------------------------------------
 
-    def decide(self, body: Mapping[str, Any], *, timeout: TimeoutArg | None = None) -> Decision:
-        """`POST /v1/decisions`; the body is sent as given (model, state, questions, mode)."""
-        return self._call(DECISIONS, body, validate_decision, timeout)
+    def decide(
+        self, body: Mapping[str, Any], *, timeout: TimeoutArg | None = None, partial: bool = False
+    ) -> Decision:
+        """`POST /v1/decisions`; the body is sent as given (model, state, questions, mode). With `partial`
+        (a packed request) an answer may leave questions out; the caller asks their items again."""
+        return self._call(
+            DECISIONS, body, validate_partial_decision if partial else validate_decision, timeout
+        )
 
     def agent(self, body: Mapping[str, Any], *, timeout: TimeoutArg | None = None) -> AgentAnswer:
         """`POST /v1/agent`; an answer without message text or search results is an error."""

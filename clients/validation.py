@@ -211,11 +211,17 @@ def _answer(raw: object, question: Mapping[str, Any], path: str, clean: Sanitize
     raise _fail(f"{path} has unknown type {kind!r} (expected one of {', '.join(QUESTION_TYPES)})")
 
 
-def validate_decision(data: object, request: Mapping[str, Any]) -> Decision:
+def validate_partial_decision(data: object, request: Mapping[str, Any]) -> Decision:
+    """`validate_decision` for a packed request: a question left unanswered is left out of the result
+    (its item is asked again on its own), while every answer given is checked as strictly."""
+    return validate_decision(data, request, partial=True)
+
+
+def validate_decision(data: object, request: Mapping[str, Any], *, partial: bool = False) -> Decision:
     """Check a Decisions 200 body against the request that produced it.
 
-    Every requested question must be answered in its type; answers to questions not asked
-    are ignored. A missing `search_results` counts as [] (the seed's client reads it that way).
+    Every requested question must be answered in its type (unless `partial`); answers to questions not
+    asked are ignored. A missing `search_results` counts as [] (the seed's client reads it that way).
     """
     body = _object(data, "body")
     clean = Sanitizer()
@@ -232,6 +238,8 @@ def validate_decision(data: object, request: Mapping[str, Any]) -> Decision:
     for name, question in expected.items():
         path = _key("answers", name)
         if name not in answers:
+            if partial:
+                continue
             raise _fail(f"{path} is missing (the request asked for it)")
         parsed[name] = _answer(answers[name], question if isinstance(question, Mapping) else {}, path, clean)
     if "usage" not in body:

@@ -9,17 +9,26 @@ and the connection goes to the checked address — never to whatever a second DN
 - Pinned: the request is made to the checked IP literal; the `Host` header carries the URL's host, and
   over https the TLS server name (SNI) and the certificate check use the URL's host too, so the
   certificate must still match the name (httpx's `sni_hostname` extension).
-- Redirects are not followed (a 3xx is a failed attempt), proxies from the environment are ignored, the
-  connect and read timeouts are short, and the response body is never read.
+- Redirects are not followed (a 3xx is a failed attempt), proxies from the environment are ignored, and
+  the response body is never read.
+- One deadline bounds the whole attempt (connect, TLS, sending, and the response's status line and
+  headers), not each read: httpx's timeouts bound every read alone, so a receiver sending a byte every few
+  seconds would hold the connection for ever. A watchdog shuts the connection's socket down when the
+  deadline passes, which ends any read or write in progress.
+- An internationalized host goes out in its IDNA `xn--` form (resolver, `Host` header, TLS name); a host
+  without one is refused. Any other exception ends the attempt as a failure with its reason, never an
+  exception to the caller.
 
 Imports nothing of ours: the caller signs the body and decides what a result means.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import idna
 
 from clients.tls import trust_store
 
@@ -44,6 +54,17 @@ class WebhookRefusedError(Exception):
 
 class WebhookResolveError(Exception):
     """The host did not resolve (may be temporary)."""
+
+
+def wire_host(host: str) -> str:
+    """The host as the resolver, the `Host` header and TLS see it: its IDNA `xn--` form when not ASCII."""
+    if host.isascii():
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError) as exc:
+        why = f"the host cannot be written as an internationalized name ({exc})"
+        raise WebhookRefusedError(why) from None
 
 
 def address_refusal(ip: IPAddress) -> str | None:
@@ -124,6 +145,7 @@ def prepare(url: str, *, allow_private: bool, resolver: Resolver = socket.getadd
         raise WebhookRefusedError("only http and https URLs with a host are sent to")
     if parts.username is not None or parts.password is not None:
         raise WebhookRefusedError("URLs with a user name or password are not sent to")
+    host = wire_host(host)
     addresses = resolve(host, port, resolver)
     if not allow_private:
         for address in addresses:
@@ -168,6 +190,53 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+class Watchdog:
+    """Shuts a connection's socket down at a wall-clock deadline, ending whatever read or write is in
+    progress on it (a blocked `recv` returns at once). httpcore reports each new connection through the
+    documented `trace` request extension (`connection.connect_tcp.complete`), which is how it learns the
+    socket; a connection made after the deadline is shut at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.expired = False
+        self._timer = threading.Timer(max(0.0, seconds), self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._timer.cancel()
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """The `trace` extension's callback."""
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed: nothing is waiting on it
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def send(
     url: str,
     body: bytes,
@@ -180,10 +249,12 @@ def send(
     transport: httpx.BaseTransport | None = None,
     verify: ssl.SSLContext | bool = True,
 ) -> SendResult:
-    """POST `body` to `url` once (see the module docstring). Never raises for network trouble.
+    """POST `body` to `url` once (see the module docstring); never raises.
 
-    `resolver`, `transport` and `verify` (the TLS trust store) are for tests; the defaults are the system's
-    resolver, a fresh connection and the default CA bundle."""
+    `timeout_s` bounds the whole attempt from the first connect to the response's headers;
+    `connect_timeout_s` bounds the connect alone. `resolver`, `transport` and `verify` (the TLS trust
+    store) are for tests; the defaults are the system's resolver, a fresh connection and the default CA
+    bundle."""
     started = time.monotonic()
 
     def took() -> float:
@@ -195,37 +266,71 @@ def send(
         return SendResult(None, _cut(f"refused: {exc}"), took(), permanent=True)
     except WebhookResolveError as exc:
         return SendResult(None, _cut(str(exc)), took())
+    except Exception as exc:  # whatever else a URL can provoke is a failed attempt, with its reason
+        return SendResult(None, _cut(f"{type(exc).__name__} preparing the request: {exc}"), took())
+    try:
+        return _post(
+            target,
+            body,
+            headers,
+            connect_timeout_s=connect_timeout_s,
+            timeout_s=timeout_s,
+            transport=transport,
+            verify=verify,
+            took=took,
+        )
+    except Exception as exc:
+        failure = _cut(f"{type(exc).__name__} sending to {target.address}: {exc}")
+        return SendResult(None, failure, took(), address=target.address)
+
+
+def _post(
+    target: Target,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    connect_timeout_s: float,
+    timeout_s: float,
+    transport: httpx.BaseTransport | None,
+    verify: ssl.SSLContext | bool,
+    took: Callable[[], float],
+) -> SendResult:
     request_headers = {
         **headers,
         "Host": target.host_header,
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
     }
-    extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else {}
-    timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-    try:
-        with (
-            httpx.Client(
-                timeout=timeout,
-                follow_redirects=False,
-                trust_env=False,
-                transport=transport,
-                verify=trust_store(trust_env=False) if verify is True else verify,
-            ) as client,
-            client.stream(
-                "POST", target.url, content=body, headers=request_headers, extensions=extensions
-            ) as response,
-        ):
-            status = response.status_code  # the body is never read
-    except httpx.ConnectTimeout:
-        failure = f"no connection to {target.address} within {connect_timeout_s:g} s"
-        return SendResult(None, failure, took(), address=target.address)
-    except httpx.TimeoutException:
-        failure = f"no response from {target.address} within {timeout_s:g} s"
-        return SendResult(None, failure, took(), address=target.address)
-    except httpx.HTTPError as exc:
-        failure = _cut(f"{type(exc).__name__} talking to {target.address}: {exc}")
-        return SendResult(None, failure, took(), address=target.address)
+    # Each read and write is bounded by the whole attempt's time too, so a silent receiver ends it by the
+    # usual timeout, and the watchdog ends a trickling one.
+    timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
+    with Watchdog(timeout_s) as watchdog:
+        extensions: dict[str, Any] = {"trace": watchdog.trace}
+        if target.sni_hostname:
+            extensions["sni_hostname"] = target.sni_hostname
+        try:
+            with (
+                httpx.Client(
+                    timeout=timeout,
+                    follow_redirects=False,
+                    trust_env=False,
+                    transport=transport,
+                    verify=trust_store(trust_env=False) if verify is True else verify,
+                ) as client,
+                client.stream(
+                    "POST", target.url, content=body, headers=request_headers, extensions=extensions
+                ) as response,
+            ):
+                status = response.status_code  # the body is never read
+        except httpx.ConnectTimeout:
+            failure = f"no connection to {target.address} within {min(connect_timeout_s, timeout_s):g} s"
+            return SendResult(None, failure, took(), address=target.address)
+        except (httpx.TimeoutException, httpx.HTTPError) as exc:
+            if watchdog.expired or isinstance(exc, httpx.TimeoutException):
+                failure = f"no complete response from {target.address} within {timeout_s:g} s"
+            else:
+                failure = _cut(f"{type(exc).__name__} talking to {target.address}: {exc}")
+            return SendResult(None, failure, took(), address=target.address)
     error: str | None = None
     if 300 <= status < 400:
         error = f"HTTP {status}: a redirect, which is not followed"

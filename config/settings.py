@@ -106,7 +106,7 @@ class Settings:
     # Tries per item that may reach upstream (across leases and transient failures); then it fails.
     max_item_attempts: int = 4
     sweep_interval_s: float = 15.0
-    worker_concurrency: int = 16
+    worker_concurrency: int = 32
     # How much a server-mode worker process lowers its own CPU priority (nice increment; 0 keeps it): batch
     # work gives way to the web and the database on a host it shares with them (workers/priority.py).
     worker_nice: int = 3
@@ -142,7 +142,10 @@ class Settings:
     # are refused unless allowed (tests, a receiver on the same private network).
     webhook_allow_private: bool = False
     webhook_connect_timeout_s: float = 3.0
+    # One attempt's whole time, connect to the response's headers (a wall-clock deadline, not per read).
     webhook_timeout_s: float = 10.0
+    # Sender threads per worker process, beside (never in) the task pool that runs items.
+    webhook_senders: int = 4
     # Waits between tries: base × 2^(n-1), at most 2 h each, for this long after the job ended.
     webhook_retry_base_s: float = 10.0
     webhook_retry_for_s: float = 24 * 3600.0
@@ -187,6 +190,8 @@ class Settings:
         ):
             if not value > 0:
                 raise ValueError(f"{name} must be above 0, got {value}")
+        if self.webhook_senders < 1:
+            raise ValueError(f"FACTGATE_WEBHOOK_SENDERS must be 1 or more, got {self.webhook_senders}")
 
     @property
     def embedded(self) -> bool:
@@ -251,7 +256,7 @@ class Settings:
             lease_s=_int(e, "FACTGATE_LEASE_S", 300),
             max_item_attempts=_int(e, "FACTGATE_MAX_ITEM_ATTEMPTS", 4),
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
-            worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 16),
+            worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 32),
             worker_nice=_int(e, "FACTGATE_WORKER_NICE", 3),
             retention_days=_int(e, "FACTGATE_RETENTION_DAYS", 30),
             retention_max_days=_int(e, "FACTGATE_RETENTION_MAX_DAYS", 365),
@@ -269,6 +274,7 @@ class Settings:
             webhook_allow_private=_bool(e, "FACTGATE_WEBHOOK_ALLOW_PRIVATE", False),
             webhook_connect_timeout_s=_float(e, "FACTGATE_WEBHOOK_CONNECT_TIMEOUT_S", 3.0),
             webhook_timeout_s=_float(e, "FACTGATE_WEBHOOK_TIMEOUT_S", 10.0),
+            webhook_senders=_int(e, "FACTGATE_WEBHOOK_SENDERS", 4),
             webhook_retry_base_s=_float(e, "FACTGATE_WEBHOOK_RETRY_BASE_S", 10.0),
             webhook_retry_for_s=_float(e, "FACTGATE_WEBHOOK_RETRY_FOR_S", 24 * 3600.0),
         )

@@ -29,13 +29,23 @@ from checks.citation_contracts import (
     SentencePlan,
     SentenceScore,
 )
+from checks.citation_formats import format_note
 from checks.citation_passages import plan_sentences
 from checks.citation_rows import CitationRow, stream_citation_rows
 from checks.citation_verdicts import judge, metrics_of
 from checks.contracts import IncompleteStep, ItemStatusName
-from checks.kinds.citations import ENTRY_STAGE, REWRITE_STAGE, SENTENCE_STAGE
+from checks.kinds.citations import (
+    AUDIT_STAGE,
+    ENTRY_STAGE,
+    REWRITE_STAGE,
+    SENTENCE_STAGE,
+    CitationsOptions,
+    rows_note,
+)
 from checks.ndjson import RowLine
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.packing import PackPlace, flash_warning, group_sentences
+from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.recipes import RowLimits
 from checks.stage_steps import StepPlace, incomplete_step, step_counts
 from jobs import bulk_load
@@ -62,13 +72,26 @@ def cutoffs_of(job: Job) -> CitationCutoffs:
 # --- intake --------------------------------------------------------------------------------------------
 
 
+def _input_format(options: object) -> str:
+    return str(getattr(options, "input_format", "auto"))
+
+
 def citation_units(rows: Sequence[CitationRow], options: object) -> tuple[list[UnitSpec], list[str]]:
-    """One entry item per answer (the in-memory path: JSON bodies, and every body on SQLite)."""
+    """One entry item per answer (the in-memory path: JSON bodies, and every body on SQLite); the note on
+    a RAGAS or DeepEval body is the job's warning."""
     units = [
         UnitSpec(stage=ENTRY_STAGE, custom_id=row.id, mode="", input=row.entry.dump(), endpoint="decisions")
         for row in rows
     ]
-    return units, []
+    return units, rows_note(rows, _input_format(options)) + _warnings(options)
+
+
+def _warnings(options: object) -> list[str]:
+    """The intake warnings a citations job's options earn (a flash model packed)."""
+    if not isinstance(options, CitationsOptions):
+        return []
+    flash = flash_warning(options.model, options.pack_size)
+    return [flash] if flash else []
 
 
 class _Stager:
@@ -78,8 +101,12 @@ class _Stager:
         self._staged = staged
         self._quota = quota
         self.items = 0
+        self.head: list[CitationRow] = []  # the first row, whose format is the body's
+        self.unmarked = 0
 
     def append(self, row: CitationRow, /) -> None:
+        self.head = self.head or [row]
+        self.unmarked += 1 if row.entry.unmarked else 0
         self.items += 1
         self._quota(self.items)
         self._staged.add(row.id, json.dumps(row.entry.dump(), ensure_ascii=False, separators=(",", ":")))
@@ -98,8 +125,13 @@ def load_citation_rows(
     is read; `build_citation_items` makes the entry items."""
     with bulk_load.StagedRows(session, job.id) as staged:
         stager = _Stager(staged, quota)
-        stream_citation_rows(lines, stager, max_rows=limits.max_rows)
-    return Staged(rows=staged.count, items=stager.items, warnings=[])
+        stream_citation_rows(lines, stager, max_rows=limits.max_rows, input_format=limits.input_format)
+    note = [
+        format_note(r.input_format, detected=limits.input_format == "auto", answers=stager.items,
+                    unmarked=stager.unmarked)
+        for r in stager.head
+    ]  # fmt: skip
+    return Staged(rows=staged.count, items=stager.items, warnings=[n for n in note if n] + _warnings(options))
 
 
 def build_citation_items(session: Session, job: Job) -> int:
@@ -156,6 +188,7 @@ def _judged(
                 cited=plan_.cited,
                 missing=plan_.missing,
                 unchecked=plan_.unchecked,
+                unmarked=plan_.unmarked,
                 request_ids=[str(i) for i in (item.output or {}).get("request_ids") or []],
             )
         )
@@ -173,15 +206,7 @@ def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]
             plans = plan_sentences(entry, misattribution=_misattribution(job))
         except gate.SplitError:
             return []  # the handler refused this answer already; nothing to score
-        return [
-            UnitSpec(
-                stage=SENTENCE_STAGE,
-                custom_id=f"{entry_item.custom_id}:s{p.number}",
-                mode="sentence",
-                input=p.dump(),
-            )
-            for p in plans
-        ]
+        return _sentence_units(job, entry_item, plans)
     if any(c.stage == REWRITE_STAGE for c in children):
         return []
     if (job.options or {}).get("review") != "agent" or not entry.question:
@@ -205,6 +230,88 @@ def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]
         )
         for i in chosen
     ]
+
+
+def _sentence_units(job: Job, entry_item: Item, plans: Sequence[SentencePlan]) -> list[UnitSpec]:
+    """One item per sentence, grouped into packs of the job's `pack_size` (a job stored before packing
+    has none: one request each, as it was sent then); for an audited answer, each packed sentence once
+    more on its own (docs/spec.md §9.4)."""
+    options = job.options or {}
+    pack_size = int(options.get("pack_size") or 1)
+    groups = group_sentences(plans, pack_size)
+    units: list[UnitSpec] = []
+    packed: list[SentencePlan] = []
+    for number, group in enumerate(groups):
+        for index in group:
+            p = plans[index]
+            units.append(
+                UnitSpec(
+                    stage=SENTENCE_STAGE,
+                    custom_id=f"{entry_item.custom_id}:s{p.number}",
+                    mode="sentence",
+                    input=p.dump(),
+                    pack=number if len(group) > 1 else None,
+                )
+            )
+            if len(group) > 1:
+                packed.append(p)
+    share = float(options.get("audit_share") or 0.0)
+    if packed and audited(entry_item.position, share):
+        units += [
+            UnitSpec(
+                stage=AUDIT_STAGE,
+                custom_id=f"{entry_item.custom_id}:a{p.number}",
+                mode="audit",
+                input=p.dump(),
+            )
+            for p in packed
+        ]
+    return units
+
+
+def _audit_part(
+    sentences: Sequence[Item], audits: Sequence[Item], cutoffs: CitationCutoffs, entry: CitationEntry
+) -> AuditPart | None:
+    """The answer's packed sentences that were also asked alone, compared (checks/packing_audit.py)."""
+    solo = {SentencePlan.read(a.input).number: a for a in audits if a.status == "done" and a.output}
+    pairs: list[AuditPair] = []
+    for item in sentences:
+        plan_ = SentencePlan.read(item.input)
+        place = PackPlace.of(item.output)
+        alone = solo.get(plan_.number)
+        if item.status != "done" or place is None or alone is None or alone.output is None:
+            continue
+        try:
+            packed_score = SentenceScore.read(item.output)
+            solo_score = SentenceScore.read(alone.output)
+            pairs.append(
+                AuditPair(
+                    position=place.position,
+                    packed=packed_score,
+                    solo=solo_score,
+                    packed_label=judge(plan_, packed_score, cutoffs, entry.sources).label,
+                    solo_label=judge(plan_, solo_score, cutoffs, entry.sources).label,
+                )
+            )
+        except ValueError:
+            continue  # an unusable answer is reported as the sentence's own error, not compared
+    return audit_part(pairs) if pairs else None
+
+
+def _requests(sentences: Sequence[Item]) -> int:
+    """Decisions requests that answered the scored sentences: a pack once, an unpacked sentence each (the
+    report adds the audit's and the review's)."""
+    heads: set[int] = set()
+    alone = 0
+    for item in sentences:
+        if item.status != "done":
+            continue
+        place = PackPlace.of(item.output)
+        if place is None or place.size <= 1:
+            alone += 1
+        else:
+            heads.add(place.head)
+    return alone + len(heads)
 
 
 # --- the report ----------------------------------------------------------------------------------------
@@ -273,7 +380,9 @@ def build_report(
         }
         return head.model_copy(update=failed).dump()
 
-    sentences = _judged(_by_stage(children, SENTENCE_STAGE), cutoffs, entry)
+    sentence_items = _by_stage(children, SENTENCE_STAGE)
+    audit_items = _by_stage(children, AUDIT_STAGE)
+    sentences = _judged(sentence_items, cutoffs, entry)
     rewrites = {int(c.input["sentence_number"]): c for c in children if c.stage == REWRITE_STAGE}
     steps: list[IncompleteStep] = [
         _step(
@@ -323,7 +432,8 @@ def build_report(
     reviews = [s.review for s in sentences if s.review is not None]
     summary: dict[str, object] = {
         "sentences": len(sentences),
-        "decisions_requests": sum(1 for s in sentences if s.label is not None)
+        "decisions_requests": _requests(sentence_items)
+        + sum(1 for a in audit_items if a.status == "done")
         + sum(len(r.sentences) for r in reviews if r.status is not None),
         "decisions_input_tokens": sum(s.input_tokens or 0 for s in sentences),
         "agent_calls": sum(1 for c in rewrites.values() if c.status in ("done", "failed")),
@@ -337,6 +447,9 @@ def build_report(
         "metrics": metrics.dump(),
         "cutoffs": cutoffs.dump(),
     }
+    audit = _audit_part(sentence_items, audit_items, cutoffs, entry)
+    if audit is not None:
+        summary["packing_audit"] = audit.dump()
     done = {
         "status": "incomplete" if steps else "done",
         "incomplete_steps": steps,

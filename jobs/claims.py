@@ -20,12 +20,14 @@ from checks import claims as claim_rules
 from checks.kinds.claims import ClaimResult, ClaimsSummary
 from checks.ndjson import RowLine
 from checks.options import ClaimsOptions, check_cutoffs
+from checks.packing import flash_warning
 from checks.pricing import DEFAULT_MODEL
 from checks.recipes import RowLimits
 from jobs import bulk_load
 from jobs.intake import UnitSpec, dedupe_key
 from jobs.keyset import page_rows
 from jobs.kinds import Staged
+from jobs.packs import pack_in_order
 from jobs.source_lists import SourceLists
 from models import Item, Job
 
@@ -37,6 +39,8 @@ def claim_units(
     units: list[UnitSpec] = []
     outside: list[str] = []
     grounded = "grounded" in options.modes
+    seen: set[str] = set()  # a repeat is never sent (it takes its first's answer), so it is in no pack
+    sent = 0
     for row in rows:
         in_query = True
         if grounded:
@@ -44,6 +48,12 @@ def claim_units(
             if not in_query:
                 outside.append(row.id)
         for mode in options.modes:
+            key = dedupe_key(options.model, mode, row.claim)
+            pack = None
+            if options.pack_size > 1 and key not in seen:
+                pack = sent // options.pack_size
+                sent += 1
+            seen.add(key)
             units.append(
                 UnitSpec(
                     stage="claim",
@@ -56,10 +66,13 @@ def claim_units(
                         "source": row.source,
                         "in_query": in_query,
                     },
-                    dedupe_key=dedupe_key(options.model, mode, row.claim),
+                    dedupe_key=key,
+                    pack=pack,
                 )
             )
     warnings = [outside_query_warning(len(outside), outside[:10])] if outside else []
+    if flash := flash_warning(options.model, options.pack_size):
+        warnings.append(flash)
     return units, warnings
 
 
@@ -366,6 +379,8 @@ def load_claim_rows(
             lines, stager, max_rows=limits.max_rows, max_claim_bytes=limits.max_claim_bytes
         )
     warnings = [outside_query_warning(stager.outside, stager.outside_ids)] if stager.outside else []
+    if flash := flash_warning(options.model, options.pack_size):
+        warnings.append(flash)
     return Staged(rows=staged.count, items=stager.items, warnings=warnings)
 
 
@@ -377,4 +392,7 @@ def build_claim_items(session: Session, job: Job) -> int:
         session, job.id, model=opts.get("model") or DEFAULT_MODEL, modes=modes
     )
     bulk_load.link_repeats(session, job.id)
+    pack_size = int(opts.get("pack_size") or 1)
+    if pack_size > 1:
+        pack_in_order(session, job.id, "claim", pack_size)
     return items

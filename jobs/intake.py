@@ -38,6 +38,8 @@ class UnitSpec:
     input: dict[str, Any]
     dedupe_key: str | None = None
     endpoint: str = "decisions"
+    # Units of one spawn with the same `pack` are answered by one upstream request (jobs/packs.py).
+    pack: int | None = None
 
 
 def dedupe_key(*parts: str) -> str:
@@ -108,7 +110,26 @@ def create_job(
     else:
         _insert_items(session, job.id, units)
     _link_duplicates(session, job.id, units)
+    if any(u.pack is not None for u in units):
+        _link_packs(session, job.id, units)
     return job, True
+
+
+def _link_packs(session: Session, job_id: uuid.UUID, units: Sequence[UnitSpec]) -> None:
+    """Make the packs the units name (`UnitSpec.pack`): the first item of each is its head."""
+    ids = {
+        (custom_id, mode): item_id
+        for item_id, custom_id, mode in session.execute(
+            select(Item.id, Item.custom_id, Item.mode).where(Item.job_id == job_id, Item.parent_id.is_(None))
+        )
+    }
+    groups: dict[int, list[int]] = {}
+    for u in units:
+        if u.pack is not None:
+            groups.setdefault(u.pack, []).append(ids[(u.custom_id, u.mode)])
+    for group in groups.values():
+        if len(group) > 1:
+            session.execute(update(Item).where(Item.id.in_(group[1:])).values(pack_of=group[0]))
 
 
 def insert_job(

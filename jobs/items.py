@@ -448,10 +448,16 @@ def _call_values(item: ClaimedItem, calls: Sequence[CallRow], now: datetime) -> 
     ]
 
 
-def record_calls(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) -> None:
-    """Store one `api_calls` row per HTTP attempt (they happened, whatever becomes of the item)."""
+def record_calls(
+    session: Session, item: ClaimedItem, calls: Sequence[CallRow], pack_items: Sequence[int] | None = None
+) -> None:
+    """Store one `api_calls` row per HTTP attempt (they happened, whatever becomes of the item). An attempt
+    that answered a pack is stored once, on its head, listing every item it answered (`pack_items`)."""
     if calls:
-        session.execute(_INSERT_CALL, _call_values(item, calls, utcnow()))
+        values = _call_values(item, calls, utcnow())
+        if pack_items is not None:
+            values = [{**v, "pack_items": list(pack_items)} for v in values]
+        session.execute(_INSERT_CALL, values)
 
 
 def _usage_after(session: Session, item: ClaimedItem, calls: Sequence[CallRow]) -> ItemUsage:
@@ -517,16 +523,22 @@ def _settle(
 
 
 def finish_item(
-    session: Session, item: ClaimedItem, output: dict[str, Any], calls: Sequence[CallRow] = ()
+    session: Session,
+    item: ClaimedItem,
+    output: dict[str, Any],
+    calls: Sequence[CallRow] = (),
+    *,
+    usage: ItemUsage | None = None,
 ) -> bool:
     """Store a result. False when the lease was lost (the result is discarded, the calls are kept). A
-    claim's sources are stored once for its job and its output names them (jobs/source_lists.py)."""
+    claim's sources are stored once for its job and its output names them (jobs/source_lists.py). `usage`
+    is given for a pack's member (its share of the pack's calls, jobs/packs.py), else read from its calls."""
     record_calls(session, item, calls)
     split = sources_apart(item.stage, output)
     if split is not None:
         store_sources(session, item.job_id, split)
         output = split.output
-    out = {**output, "usage": _usage_after(session, item, calls).as_dict()}
+    out = {**output, "usage": (usage or _usage_after(session, item, calls)).as_dict()}
     return _settle(session, item, status="done", output=out, error=None)
 
 
@@ -536,10 +548,12 @@ def fail_item(
     error: str,
     calls: Sequence[CallRow] = (),
     output: dict[str, Any] | None = None,
+    *,
+    usage: ItemUsage | None = None,
 ) -> bool:
     """Record a final failure with its error (and any partial output), and what every try cost."""
     record_calls(session, item, calls)
-    out = {**(output or {}), "usage": _usage_after(session, item, calls).as_dict()}
+    out = {**(output or {}), "usage": (usage or _usage_after(session, item, calls)).as_dict()}
     return _settle(session, item, status="failed", output=out, error=error[:_ERROR_CHARS])
 
 
@@ -628,6 +642,32 @@ def release_item(
     visible meanwhile. A try that sent nothing upstream (no calls) is given back: it cost nothing,
     so it does not count against the item's tries."""
     record_calls(session, item, calls)
+    return _release(session, item, error, counted=bool(calls), retry_at=retry_at)
+
+
+def release_member(
+    session: Session,
+    item: ClaimedItem,
+    error: str,
+    *,
+    counted: bool,
+    retry_at: datetime | None,
+    alone: bool = False,
+) -> bool:
+    """`release_item` for a pack's member, whose calls are recorded on its head: `counted` says whether the
+    try reached upstream, and `alone` takes it out of its pack, to be sent in a request of its own."""
+    return _release(session, item, error, counted=counted, retry_at=retry_at, alone=alone)
+
+
+def _release(
+    session: Session,
+    item: ClaimedItem,
+    error: str,
+    *,
+    counted: bool,
+    retry_at: datetime | None,
+    alone: bool = False,
+) -> bool:
     values: dict[str, Any] = {
         "status": "pending",
         "lease_until": None,
@@ -635,8 +675,10 @@ def release_item(
         "enqueued_at": None,  # no message waits for it: the dispatcher sends it again when it is due
         "not_before": retry_at,
     }
-    if not calls:
+    if not counted:
         values["tries"] = Item.tries - 1
+    if alone:
+        values["pack_of"] = None
     result = session.execute(
         update(Item)
         .where(Item.id == item.id, Item.status == "running", Item.attempts == item.token)

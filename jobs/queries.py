@@ -68,6 +68,8 @@ class RequestLookup:
     job_kind: str
     job_status: str
     item: dict[str, Any] | None
+    # Every item the call answered: the item alone, or each item of a packed request (docs/spec.md §9).
+    items: list[dict[str, Any]]
 
 
 def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> list[RequestLookup]:
@@ -81,6 +83,16 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
     out: list[RequestLookup] = []
     for call, kind, status in rows:
         item = session.get(Item, call.item_id) if call.item_id is not None else None
+        packed: list[Item] = []
+        if call.pack_items:
+            packed = list(
+                session.scalars(
+                    select(Item)
+                    .where(Item.job_id == call.job_id, Item.id.in_([int(i) for i in call.pack_items]))
+                    .order_by(Item.id)
+                )
+            )
+        answered = packed or ([item] if item is not None else [])
         out.append(
             RequestLookup(
                 call={
@@ -101,22 +113,25 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
                 job_id=call.job_id,
                 job_kind=kind,
                 job_status=status,
-                item=None
-                if item is None
-                else {
-                    "id": item.id,
-                    "custom_id": item.custom_id,
-                    "mode": item.mode,
-                    "stage": item.stage,
-                    "status": item.status,
-                    "input": item.input,
-                    # A claim's sources back in place (jobs/source_lists.py), by its own job's id.
-                    "output": SourceLists(session, item.job_id).joined(item.output),
-                    "error": item.error,
-                },
+                item=None if item is None else _item_view(session, item),
+                items=[_item_view(session, i) for i in answered],
             )
         )
     return out
+
+
+def _item_view(session: Session, item: Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "custom_id": item.custom_id,
+        "mode": item.mode,
+        "stage": item.stage,
+        "status": item.status,
+        "input": item.input,
+        # A claim's sources back in place (jobs/source_lists.py), by its own job's id.
+        "output": SourceLists(session, item.job_id).joined(item.output),
+        "error": item.error,
+    }
 
 
 def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, Any]]:

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from checks.fairness import Priority
 from jobs.clock import after, now_of
 from jobs.driver import Executor, driver_of, on_driver, sqlalchemy_side
-from models import ApiCall, Item, ItemStatus, Job, JobStatus, Tenant, utcnow
+from models import ApiCall, Item, Job, JobStatus, Tenant, utcnow
 from models.jobs import IN_FLIGHT_SQL, READY_SQL
 
 LIVE = tuple(sorted(JobStatus.running()))
@@ -272,18 +272,6 @@ def observed_latency_s(
     )
     value = session.scalar(select(func.avg(recent.c.latency_ms)))
     return None if value is None else float(value) / 1000.0
-
-
-def remaining_items(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """Items not settled yet (pending or running), per job."""
-    if not job_ids:
-        return {}
-    rows = session.execute(
-        select(Item.job_id, func.count())
-        .where(Item.job_id.in_(list(job_ids)), Item.status.in_(sorted(ItemStatus.open())))
-        .group_by(Item.job_id)
-    ).all()
-    return {jid: int(n) for jid, n in rows}
 
 
 def store_schedules(session: Session, views: Mapping[uuid.UUID, dict[str, Any]]) -> None:

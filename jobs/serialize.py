@@ -114,6 +114,9 @@ def job_object(
         "metadata": job.meta,
         "warnings": list(job.warnings or []),
         "request_counts": counts.as_dict(),
+        # Null when `request_counts` is exact; a running job's counts may be the scheduler's latest, then
+        # this says when they were counted.
+        "request_counts_as_of": iso(counts.as_of),
         "usage": usage,
         "cost_usd": usage.get("cost_usd", 0.0),
         "timestamps": {name: iso(getattr(job, name)) for name in TIMESTAMP_FIELDS},

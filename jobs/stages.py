@@ -37,6 +37,7 @@ from jobs import bulk_load
 from jobs.intake import UnitSpec
 from jobs.keyset import page_rows
 from jobs.kinds import KINDS, JobKind, Staged, StageMachine, StreamLoad, Units
+from jobs.packs import assign_packs
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
 
@@ -176,6 +177,11 @@ def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]
     ]
     session.add_all(items)
     session.flush()
+    groups: dict[int, list[int]] = {}
+    for unit, item in zip(units, items, strict=True):
+        if unit.pack is not None:
+            groups.setdefault(unit.pack, []).append(item.id)
+    assign_packs(session, list(groups.values()))
     return [i.id for i in items]
 
 

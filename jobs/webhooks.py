@@ -4,9 +4,12 @@ redeliver; and each tenant's signing secret.
 Outbox: `record_job_ended` runs inside the transaction that ends the job (jobs/finalize.py), so the job's
 end and its message commit together or not at all. The body (the job object, jobs/serialize.py) and the
 `webhook-id` are fixed there, so every attempt sends the same id and bytes. A sender claims due rows with
-a conditional UPDATE (`claim_due`: one sender per row, a lock that runs out if the sender dies), sends
+a conditional UPDATE (`claim_due`: one sender per row, round robin across tenants, a lock that runs out if
+the sender dies), sends
 outside any transaction, then records the attempt (`record_attempt`): delivered on a 2xx, else the next try
-after an exponential wait (checks/webhooks.py:retry_wait_s) until the retry window closes, then failed.
+after an exponential wait (checks/webhooks.py:retry_wait_s) until the retry window closes, then failed. A
+delivery whose attempt never recorded a result (its sender died holding it) is claimed again, and once its
+window has closed it ends failed too (`give_up_unrecorded`): nothing stays pending for ever.
 
 Secrets: `whsec_...` (checks/webhooks.py:new_secret), encrypted at rest with the deployment's keyring
 (jobs/keyring.py) like tenants' upstream keys, created on first use and never logged.
@@ -19,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy import ColumnElement, Select, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from checks.webhooks import new_secret, retry_wait_s, validate_webhook_url
@@ -114,16 +117,92 @@ def any_due(session: Session, now: datetime | None = None) -> bool:
     return session.scalar(select(WebhookDelivery.id).where(*_due(now)).limit(1)) is not None
 
 
-def claim_due(session: Session, *, lock_s: float, limit: int = 10) -> list[ClaimedDelivery]:
-    """Take up to `limit` due deliveries for this sender, each held for `lock_s` (commit before sending).
+def fair_due(now: datetime, limit: int) -> Select[tuple[uuid.UUID]]:
+    """Due deliveries, round robin across tenants: each row's rank is its place in its tenant's due queue
+    plus the deliveries that tenant has in flight now, so one tenant's backlog (or its hanging receiver)
+    takes a sender only after every other tenant with something due has had one."""
+    in_flight = (
+        select(WebhookDelivery.tenant_id, func.count().label("n"))
+        .where(WebhookDelivery.status == "pending", WebhookDelivery.locked_until >= now)
+        .group_by(WebhookDelivery.tenant_id)
+        .subquery()
+    )
+    due = (
+        select(
+            WebhookDelivery.id,
+            WebhookDelivery.tenant_id,
+            WebhookDelivery.next_attempt_at,
+            func.row_number()
+            .over(
+                partition_by=WebhookDelivery.tenant_id,
+                order_by=(WebhookDelivery.next_attempt_at, WebhookDelivery.id),
+            )
+            .label("place"),
+        )
+        .where(*_due(now))
+        .subquery()
+    )
+    return (
+        select(due.c.id)
+        .outerjoin(in_flight, in_flight.c.tenant_id == due.c.tenant_id)
+        .order_by(due.c.place + func.coalesce(in_flight.c.n, 0), due.c.next_attempt_at, due.c.id)
+        .limit(limit)
+    )
+
+
+def give_up_unrecorded(session: Session, *, retry_for_s: float, now: datetime, limit: int = 100) -> int:
+    """End as `failed` the deliveries whose last attempt never recorded a result (its sender died, or
+    crashed, with the row held) and whose retry window has closed; returns how many. Within the window
+    such a row is simply claimed again."""
+    closed = now - timedelta(seconds=retry_for_s)
+    lost = (
+        WebhookDelivery.status == "pending",
+        WebhookDelivery.locked_until.is_not(None),
+        WebhookDelivery.locked_until < now,
+        WebhookDelivery.scheduled_at < closed,
+    )
+    rows = session.execute(
+        select(WebhookDelivery.id, WebhookDelivery.attempts).where(*lost).limit(limit)
+    ).all()
+    ended = 0
+    for delivery_id, attempts in rows:
+        error = "given up: the retry window closed and the last attempt never recorded a result"
+        moved = session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id == delivery_id, WebhookDelivery.attempts == attempts, *lost)
+            .values(status="failed", next_attempt_at=None, locked_until=None, last_error=error)
+        )
+        if not getattr(moved, "rowcount", 0):
+            continue
+        session.add(
+            WebhookAttempt(
+                delivery_id=delivery_id,
+                attempt=attempts,
+                started_at=now,
+                error=error,
+            )
+        )
+        ended += 1
+    if ended:
+        session.flush()
+        log.warning("gave up %d webhook deliveries whose last attempt never recorded a result", ended)
+    return ended
+
+
+def claim_due(
+    session: Session, *, lock_s: float, limit: int = 10, retry_for_s: float | None = None
+) -> list[ClaimedDelivery]:
+    """Take up to `limit` due deliveries for this sender, fairly across tenants (`fair_due`), each held
+    for `lock_s` (commit before sending). With `retry_for_s`, first give up what `give_up_unrecorded`
+    finds.
 
     Each row moves with its own conditional UPDATE, so two senders never hold the same row; the attempt
     count goes up here, and the sender records its result against that count.
     """
     now = utcnow()
-    candidates = session.scalars(
-        select(WebhookDelivery.id).where(*_due(now)).order_by(WebhookDelivery.next_attempt_at).limit(limit)
-    ).all()
+    if retry_for_s is not None:
+        give_up_unrecorded(session, retry_for_s=retry_for_s, now=now)
+    candidates = session.scalars(fair_due(now, limit)).all()
     claimed: list[ClaimedDelivery] = []
     for delivery_id in candidates:
         moved = session.execute(

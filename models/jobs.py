@@ -40,7 +40,10 @@ ITEM_TERMINAL_STATUSES = tuple(s for s in ItemStatus if s in ItemStatus.terminal
 # The purge's partial index (migration 0010): jobs deleted, or purged and waiting for their row to go.
 PURGE_PENDING_SQL = "deleted_at IS NOT NULL OR purged_at IS NOT NULL"
 # Conditions of the scheduler's partial indexes (also in migration 0003).
-READY_SQL = "status = 'pending' AND enqueued_at IS NULL AND duplicate_of IS NULL"
+# Pack members (`pack_of` set) are never ready themselves: claiming their head claims them (migration 0013).
+READY_SQL = "status = 'pending' AND enqueued_at IS NULL AND duplicate_of IS NULL AND pack_of IS NULL"
+# Only members still waiting for their pack: what a head's claim and the sweep's orphan check read.
+PACKED_SQL = "pack_of IS NOT NULL AND status = 'pending'"
 IN_FLIGHT_SQL = "enqueued_at IS NOT NULL AND status IN ('pending', 'running')"
 # Conditions of the partial indexes that describe a small subset of the items (also in migration 0008): a
 # bulk intake of new top-level pending items without a dedupe key writes no entry into any of them.
@@ -185,6 +188,9 @@ class Item(Base):
             "ix_items_parent_id", "parent_id", postgresql_where=text(CHILD_SQL), sqlite_where=text(CHILD_SQL)
         ),
         Index(
+            "ix_items_pack_of", "pack_of", postgresql_where=text(PACKED_SQL), sqlite_where=text(PACKED_SQL)
+        ),
+        Index(
             "ix_items_running_lease",
             "lease_until",
             postgresql_where=text(RUNNING_SQL),
@@ -244,6 +250,9 @@ class Item(Base):
     not_before: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     dedupe_key: Mapped[str | None] = mapped_column(String(64), default=None)
     duplicate_of: Mapped[int | None] = mapped_column(BigIntPK, default=None)
+    # The head of the pack this item is answered in (docs/spec.md §9), on every member but the head: only the
+    # head is dispatched, and its claim takes its pending members with it.
+    pack_of: Mapped[int | None] = mapped_column(BigIntPK, default=None)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
@@ -288,6 +297,8 @@ class ApiCall(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Every item a packed attempt answered (the head, `item_id`, first); null for an attempt of one item.
+    pack_items: Mapped[list[int] | None] = mapped_column(JSONType, default=None)
 
 
 # The rows of a streamed submission, staged by COPY as they are validated (jobs/bulk_load.py), until its

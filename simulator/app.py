@@ -2,8 +2,10 @@
 
 Order of checks per request, gateway first as upstream: route (404 empty, 405 empty), bearer key (401),
 body size (413), rate limit (429), fault draw and latency, then body validation (400 / 422) and the
-engine. `x-request-id` is on every response except 401, 404 and the 504 HTML page. The app works under
-any WSGI server and in-process through `httpx.WSGITransport` (how the embedded demo uses it).
+engine. The body is validated before the draw, since a Decisions request's latency grows with its
+questions, but a refusal is answered in its old place, after the fault and the latency. `x-request-id` is
+on every response except 401, 404 and the 504 HTML page. The app works under any WSGI server and
+in-process through `httpx.WSGITransport` (how the embedded demo uses it).
 """
 
 from __future__ import annotations
@@ -337,8 +339,11 @@ def _handle(state: SimulatorState, name: str, endpoint: str) -> Response:
         if state.config.allow_test_headers:
             retry_after = request.headers.get(fault_kit.RETRY_AFTER_HEADER, "1")
         return _too_many(state, endpoint, retry_after)
+    # Validated before the draw, whose latency grows with the questions; a refusal is still answered
+    # after faults and latency, as upstream does.
+    parsed = _Parsed.of(endpoint, raw)
     try:
-        draw = state.faults.draw(_test_headers())
+        draw = state.faults.draw(_test_headers(), questions=parsed.questions)
     except TestHeaderError as error:
         return _json(400, error_body(str(error), "invalid_request_error", param=error.header))
     if draw.fault is not None:
@@ -350,7 +355,7 @@ def _handle(state: SimulatorState, name: str, endpoint: str) -> Response:
     if draw.fault == "slow":
         state.pause(state.faults.slow_s)
     try:
-        payload = _answer(state, endpoint, raw)
+        payload = _respond(state, endpoint, parsed.valid())
     except WireError as error:
         return _json(error.status, error.body())
     except SearchValidationError as error:
@@ -398,16 +403,53 @@ def _replacing_fault(state: SimulatorState, endpoint: str, draw: Draw) -> Respon
     return _json(status, error_body(message, error_type))
 
 
-def _answer(state: SimulatorState, endpoint: str, raw: bytes) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Parsed:
+    """A request body as validated: the body, or the refusal (or unexpected error) it met."""
+
+    endpoint: str
+    body: dict[str, Any] | None
+    problem: Exception | None
+
+    @classmethod
+    def of(cls, endpoint: str, raw: bytes) -> _Parsed:
+        try:
+            return cls(endpoint, _validate(endpoint, raw), None)
+        except Exception as error:  # answered later, in the place a refusal has always been answered
+            return cls(endpoint, None, error)
+
+    @property
+    def questions(self) -> int:
+        """How many questions a valid Decisions body asks (1 for anything else): latency grows with it."""
+        if self.endpoint != "decisions" or self.body is None:
+            return 1
+        return len(self.body["questions"])
+
+    def valid(self) -> dict[str, Any]:
+        if self.body is None:
+            raise self.problem if self.problem is not None else ValueError("no request body")
+        return self.body
+
+
+def _validate(endpoint: str, raw: bytes) -> dict[str, Any]:
     if endpoint == "decisions":
-        body = validate_decisions(raw)
+        return validate_decisions(raw)
+    if endpoint == "agent":
+        return validate_agent(raw)
+    return validate_search(raw)
+
+
+def _respond(state: SimulatorState, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    if endpoint == "decisions":
         return decisions_envelope(body["model"], state.engine.decide(body))
     if endpoint == "agent":
-        body = validate_agent(raw)
         return agent_envelope(body, state.engine.agent(body))
-    body = validate_search(raw)
     max_results = body.get("max_results") or SEARCH_DEFAULT_RESULTS
     return search_envelope(state.engine.search(body), max_results)
+
+
+def _answer(state: SimulatorState, endpoint: str, raw: bytes) -> dict[str, Any]:
+    return _respond(state, endpoint, _validate(endpoint, raw))
 
 
 def _encode(endpoint: str, payload: dict[str, Any], fault: str | None) -> bytes:

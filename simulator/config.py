@@ -21,6 +21,11 @@ class SimConfig:
     latency: str = "fixed"  # fixed | normal | lognormal
     latency_s: float = 0.0  # mean latency (0 in tests)
     latency_sd: float = 0.0
+    # Added per question beyond the first, only when latency_s > 0 (integrators measured ~65 ms a question)
+    latency_per_question_s: float = 0.065
+    # Input tokens a question beyond the first costs at least (integrators measured ~92 a question)
+    tokens_per_question: int = 92
+    pack_drift: float = 0.0  # test knob: a packed request's answer n (0-based) moves by pack_drift * n
     fault_rate: float = 0.0  # total probability of a fault per request
     faults: tuple[str, ...] = (
         "500",

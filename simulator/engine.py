@@ -11,8 +11,15 @@ With `mode: "web_grounding"` each question gets the gateway's search query
 whole corpus is searched (every date, top 5), equal queries share a search, empty ones are skipped, the
 request keeps up to 10 results, and an `Evidence:` block with their snippets is added to what the model
 reads. The search fails open: if it fails or finds nothing, `search_results` is `[]` and the answer comes
-from the state and the model's knowledge alone. Token counts are about UTF-8 bytes / 4 of everything the
-model read.
+from the state and the model's knowledge alone.
+
+Packed requests (a state whose `claims` is a mapping, docs/spec.md §7.4): each question is judged as it
+would be in a request holding its claim alone (`simulator/judge.py`), so packed and unpacked answers agree,
+unless the test knob `SimConfig.pack_drift` moves them by their position in the request.
+
+Token counts are about UTF-8 bytes / 4 of what the model read (state, evidence, the first question); each
+further question costs `SimConfig.tokens_per_question` (the model reads the state once and every question
+after it), or its own bytes / 4 when that is more.
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ from checks.grounding import MAX_QUERY_BYTES, QueryPart, is_data_url, search_que
 from simulator.agent_writer import AgentWriter
 from simulator.config import SimConfig
 from simulator.index import CorpusIndex, Hit
-from simulator.judge import Judge, strings_in
+from simulator.judge import Judge, packed_claims, strings_in
 
-__all__ = ["AgentOutcome", "DecisionOutcome", "Engine", "grounding_query"]
+__all__ = ["AgentOutcome", "DecisionOutcome", "Engine", "drifted", "grounding_query", "input_tokens"]
 
 SEARCH_RESULTS_PER_QUERY = 5
 MAX_GROUNDED_QUESTIONS = 100  # the gateway builds queries for up to 100 questions
@@ -47,7 +54,7 @@ RECENCY = {"hour": 0, "day": 1, "week": 7, "month": 31, "year": 366}
 @dataclass(frozen=True)
 class DecisionOutcome:
     answers: dict[str, dict[str, object]]  # name -> {"type": "noul", "noul": p} | choice | score answer
-    input_tokens: int  # ~ bytes/4 of state + questions (+ evidence when grounded)
+    input_tokens: int  # ~ bytes/4 of state + first question (+ evidence), then per further question
     output_tokens: int
     search_results: list[dict[str, object]] | None  # None when not grounded; [] when nothing was added
 
@@ -62,6 +69,33 @@ class AgentOutcome:
 
 def _tokens(text: str) -> int:
     return max(1, math.ceil(len(text.encode("utf-8")) / 4))
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def input_tokens(read: str, questions: Mapping[str, object], per_question: int) -> int:
+    """Tokens of a Decisions request: bytes/4 of what the model read (`read`: the state and any evidence)
+    and of the first question, then for every further question `per_question` or its own bytes/4 when
+    that is more. A one-question request costs bytes/4 of all it sent."""
+    items = list(questions.items())
+    first = _json(dict(items[:1]))
+    further = sum(max(per_question, _tokens(_json({name: question}))) for name, question in items[1:])
+    return _tokens(read + first) + further
+
+
+def drifted(answers: Mapping[str, dict[str, object]], drift: float) -> dict[str, dict[str, object]]:
+    """`pack_drift`: each noul probability moved by `drift` times its 0-based position in the request,
+    within [0.001, 0.999]. Choice and score answers are left whole (their probabilities sum to 1)."""
+    moved: dict[str, dict[str, object]] = {}
+    for position, (name, answer) in enumerate(answers.items()):
+        p = answer.get("noul")
+        if answer.get("type") == "noul" and isinstance(p, float | int):
+            moved[name] = {**answer, "noul": round(min(0.999, max(0.001, p + drift * position)), 4)}
+        else:
+            moved[name] = answer
+    return moved
 
 
 def grounding_query(state: object, question: object) -> str:
@@ -123,6 +157,8 @@ class Engine:
     """Loads the corpus and its FTS5 index once; every method is safe to call from many threads."""
 
     def __init__(self, config: SimConfig, *, index: CorpusIndex | None = None) -> None:
+        if not math.isfinite(config.pack_drift) or config.tokens_per_question < 0:
+            raise ValueError("pack_drift must be finite and tokens_per_question >= 0")
         self.config = config
         self.index = index if index is not None else CorpusIndex.from_directory()
         self._recall = lru_cache(maxsize=8192)(self._recall_uncached)
@@ -152,12 +188,22 @@ class Engine:
                     f"[{n}] {hit.document.title} ({hit.document.url}, {hit.document.date})\n{hit.snippet}"
                     for n, hit in enumerate(hits, start=1)
                 )
-        answers = self.judge.answer(state, questions, evidence=evidence, key=self._request_key(body))
-        state_text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
-        questions_text = json.dumps(questions, ensure_ascii=False, default=str)
+        model = body.get("model")
+        answers = self.judge.answer(
+            state,
+            questions,
+            evidence=evidence,
+            model=model if isinstance(model, str) else "",
+            # Grounded evidence comes from every question's search, so the whole request keys the jitter.
+            request_key=self._request_key(body) if grounded else None,
+        )
+        if self.config.pack_drift and packed_claims(state) is not None:
+            answers = drifted(answers, self.config.pack_drift)
+        state_text = state if isinstance(state, str) else _json(state)
+        per_question = self.config.tokens_per_question
         return DecisionOutcome(
             answers=answers,
-            input_tokens=_tokens(state_text + questions_text + evidence_block),
+            input_tokens=input_tokens(state_text + evidence_block, questions, per_question),
             output_tokens=len(answers),
             search_results=results,
         )

@@ -35,8 +35,17 @@ The heuristic, in full:
   ("passage 2", `supports_2`) choosing the passage. Unknown shapes fall back to the truth question;
   nothing raises.
 
-Every probability then gets a jitter of under one hundredth, keyed by the request, the question name and
-the seed: identical requests can differ in the second decimal on the real API, ours are reproducible.
+Packed requests. A mapping state whose `claims` is a mapping carries several claims (`{"claims": {"s1": ...,
+"s3": ...}, "passages": {...}}`); each question is about the claim its name starts with (`s1_supports_2`) or
+that its text names ("claim s1"), and is judged as it would be in a request holding that claim alone: the
+claim, the question and the passage it names are all the heuristic reads.
+
+Every probability then gets a jitter of under one hundredth, keyed by the seed and what the question is about
+(the model, the question's intent and type, the claim, the state's question and the passages the question
+reads), never by the rest of the request: identical requests can differ in the second decimal on the real
+API, ours are reproducible, and a question asked alone or in a packed request gets one answer. Grounded
+requests key it by the whole request and the question's name instead, since their evidence comes from a
+search over every question of the request.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from simulator.index import STOPWORDS, split_sentences
@@ -59,6 +68,7 @@ __all__ = [
     "checkable_score",
     "compare",
     "features",
+    "packed_claims",
     "strings_in",
     "topic_coverage",
 ]
@@ -401,6 +411,7 @@ class _StateView:
     question: str
     numbered: dict[str, str]  # passages, sentences or candidates by their key
     kind: str  # "passages" | "sentences" | "candidates" | ""
+    claims: dict[str, str] = field(default_factory=dict)  # a packed request's claims by their key
 
 
 def strings_in(value: object) -> list[str]:
@@ -416,6 +427,42 @@ def strings_in(value: object) -> list[str]:
         elif isinstance(item, list | tuple):
             stack.extend(reversed(item))
     return found
+
+
+def packed_claims(state: object) -> dict[str, str] | None:
+    """The claims of a packed request by their key (its state is a mapping whose `claims` is a mapping),
+    or None for any other state."""
+    if not isinstance(state, Mapping):
+        return None
+    claims = state.get("claims")
+    if not isinstance(claims, Mapping):
+        return None
+    return {str(key): "\n".join(strings_in(value)) for key, value in claims.items()}
+
+
+_CLAIM_PREFIX = re.compile(r"([^\W_]+)_")
+_CLAIM_IN_TEXT = re.compile(r"\bclaim\s+([^\W_]+)", re.I)
+
+
+def _claim_key(name: str, text: str, claims: Mapping[str, str]) -> str | None:
+    """The packed claim a question is about: its name's prefix (`s1_supports_2`), else "claim s1" in its
+    text."""
+    prefix = _CLAIM_PREFIX.match(name)
+    if prefix and prefix.group(1) in claims:
+        return prefix.group(1)
+    for named in _CLAIM_IN_TEXT.finditer(text):
+        if named.group(1) in claims:
+            return named.group(1)
+    return None
+
+
+def _own_view(view: _StateView, name: str, text: str) -> _StateView:
+    """The state as one question of a packed request sees it: its own claim in place of the whole state.
+    A question naming no claim of the pack reads the whole state, as any unknown shape does."""
+    if not view.claims:
+        return view
+    key = _claim_key(name, text, view.claims)
+    return view if key is None else replace(view, claim=view.claims[key])
 
 
 def _view(state: object) -> _StateView:
@@ -440,7 +487,7 @@ def _view(state: object) -> _StateView:
         claim_text = question_text
     else:
         claim_text = "\n".join(strings_in(state))
-    return _StateView(claim_text, question_text, numbered, kind)
+    return _StateView(claim_text, question_text, numbered, kind, packed_claims(state) or {})
 
 
 def _question_text(question: Mapping[str, object]) -> str:
@@ -455,6 +502,14 @@ def _reference(name: str, text: str) -> str | None:
         return match.group(1)
     match = re.search(r"_([^\W_]+)$", name) or re.search(r"(\d+)$", name)
     return match.group(1) if match else None
+
+
+def _referenced(name: str, text: str, view: _StateView) -> list[str]:
+    """The passages (sentences, candidates) a question names, or all of them when it names none."""
+    ref = _reference(name, text)
+    if ref is not None and ref in view.numbered:
+        return [view.numbered[ref]]
+    return list(view.numbered.values())
 
 
 def _intent(name: str, question: Mapping[str, object], view: _StateView) -> str:
@@ -472,6 +527,32 @@ def _intent(name: str, question: Mapping[str, object], view: _StateView) -> str:
     if view.numbered and re.search(r"support|impl(?:y|ies)|\bback|confirm|corroborat|evidence for", text):
         return "supports"
     return "truth"
+
+
+def _subject(model: str, name: str, question: Mapping[str, object], view: _StateView) -> str:
+    """The jitter key of an ungrounded question: what it is about, and nothing else of the request.
+
+    The model, the question's type and intent, its claim, the state's question, the texts it reads (the
+    passage it names for support, contradiction and answers; none for checkable; every passage for truth,
+    choice and score) and its options or levels. Not its name nor the rest of the state, so the question
+    asked alone or in a packed request gets one answer (a packed request names its questions `s1_...`
+    and may number the same passage otherwise).
+    """
+    intent = _intent(name, question, view)
+    if intent in ("supports", "contradicts", "answers"):
+        reads = _referenced(name, _question_text(question), view)
+    elif intent == "checkable":
+        reads = []
+    else:
+        reads = list(view.numbered.values())
+    options = (
+        [question.get("criteria"), question.get("options")]
+        if question.get("type") in ("choice", "score")
+        else None
+    )
+    about = [model, str(question.get("type")), intent, view.claim, view.question, reads, options]
+    canonical = json.dumps(about, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
 def _softmax(scores: Mapping[str, float], temperature: float) -> dict[str, float]:
@@ -517,21 +598,29 @@ class Judge:
         questions: Mapping[str, object],
         *,
         evidence: Sequence[str] = (),
-        key: str = "",
+        model: str = "",
+        request_key: str | None = None,
     ) -> dict[str, dict[str, object]]:
-        """One answer per question, in the docs/spec.md §1 shapes. `key` identifies the request for jitter."""
+        """One answer per question, in the docs/spec.md §1 shapes.
+
+        The jitter is keyed by what each question is about (`model` is part of that); a `request_key`
+        (grounded requests) keys it by the request and the question's name instead."""
         view = _view(state)
         answers: dict[str, dict[str, object]] = {}
         for name, raw in questions.items():
             question: Mapping[str, object] = raw if isinstance(raw, Mapping) else {"instructions": str(raw)}
-            jitter_key = f"{key}|{name}"
+            own = _own_view(view, name, _question_text(question))
+            if request_key is None:
+                jitter_key = _subject(model, name, question, own)
+            else:
+                jitter_key = f"{request_key}|{name}"
             qtype = question.get("type")
             if qtype == "choice":
-                answers[name] = self._choice(question, view, evidence, jitter_key)
+                answers[name] = self._choice(question, own, evidence, jitter_key)
             elif qtype == "score":
-                answers[name] = self._score(question, view, evidence, jitter_key)
+                answers[name] = self._score(question, own, evidence, jitter_key)
             else:
-                p = self._noul(name, question, view, evidence)
+                p = self._noul(name, question, own, evidence)
                 answers[name] = {"type": "noul", "noul": self._jittered(p, jitter_key)}
         return answers
 
@@ -559,25 +648,19 @@ class Judge:
         intent = _intent(name, question, view)
         text = _question_text(question)
         if intent in ("supports", "contradicts"):
-            passages = self._referenced(name, text, view)
+            passages = _referenced(name, text, view)
             if not passages:
                 truth = self.truth(view.claim, evidence=evidence)
                 return truth if intent == "supports" else 1.0 - truth
             scorer = self._support if intent == "supports" else self._contradiction
             return max(scorer(view.claim, passage) for passage in passages)
         if intent == "answers":
-            candidates = self._referenced(name, text, view) if view.kind == "candidates" else []
+            candidates = _referenced(name, text, view) if view.kind == "candidates" else []
             sentences = candidates or list(view.numbered.values()) or [view.claim]
             return max(answer_score(view.question or view.claim, s) for s in sentences)
         if intent == "checkable":
             return checkable_score(view.claim)
         return self.truth(view.claim, evidence=evidence, passages=list(view.numbered.values()))
-
-    def _referenced(self, name: str, text: str, view: _StateView) -> list[str]:
-        ref = _reference(name, text)
-        if ref is not None and ref in view.numbered:
-            return [view.numbered[ref]]
-        return list(view.numbered.values())
 
     def _choice(
         self, question: Mapping[str, object], view: _StateView, evidence: Sequence[str], key: str

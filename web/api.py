@@ -414,6 +414,7 @@ def lookup_request_view(request_id: str) -> Response:
                     **r.call,
                     "job": {"id": str(r.job_id), "kind": r.job_kind, "status": r.job_status},
                     "item": r.item,
+                    "items": r.items,
                 }
                 for r in found
             ],

@@ -6,6 +6,10 @@ pages. The API promises one JSON error shape for every status it can send, so th
 gunicorn's error writer for ours (web/raw_errors.py) before the workers fork. Flags given on the command line
 (bind, workers, threads) still win over these defaults.
 
+The access log (when `--access-logfile` turns it on, as the Procfile, the Dockerfile and compose do) holds
+no query strings unless FACTGATE_ACCESS_LOG_QUERY=true: webhook URLs with their tokens travel in them
+(web/access_log.py).
+
 Each worker, once it has loaded the app, moves what start-up allocated out of the garbage collector's reach
 (`gc.freeze()`): a full collection walks every tracked object and stops every thread of the worker
 meanwhile, and over the ~143,000 objects the app leaves it took ~100 ms here — a status poll that met one
@@ -21,6 +25,7 @@ from typing import Any
 from web.raw_errors import install_json_errors
 
 worker_class = "gthread"
+logger_class = "web.access_log.AccessLogger"
 # The largest request line gunicorn accepts; anything longer is a 414 in the API's JSON shape.
 limit_request_line = 8190
 

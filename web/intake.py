@@ -173,7 +173,7 @@ class RecipeIntake:
 
     def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
         try:
-            rows = recipe_for(self.kind).rows_from_lines(lines, _limits(settings))
+            rows = recipe_for(self.kind).rows_from_lines(lines, _limits(settings, options))
         except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=False) from None
         return self._units(options, rows)
@@ -197,21 +197,27 @@ class RecipeIntake:
         if loader is None:
             raise TypeError(f"kind {self.kind!r} has no streamed loader (check `streams` first)")
         try:
-            staged = loader(session, job, options, lines, limits=_limits(settings), quota=quota)
+            staged = loader(session, job, options, lines, limits=_limits(settings, options), quota=quota)
         except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=False) from None
         return LoadedRows(rows=staged.rows, items=staged.items, warnings=staged.warnings)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
         try:
-            rows = recipe_for(self.kind).rows_from_items(items, _limits(settings))
+            rows = recipe_for(self.kind).rows_from_items(items, _limits(settings, options))
         except claim_rules.ClaimsValidationError as exc:
             raise rows_error(exc, json_items=True) from None
         return self._units(options, rows)
 
 
-def _limits(settings: Settings) -> RowLimits:
-    return RowLimits(max_rows=settings.max_rows_per_job, max_claim_bytes=settings.max_claim_bytes)
+def _limits(settings: Settings, options: object) -> RowLimits:
+    # A kind reading more than one row format names it in its options (citations: `input_format`).
+    input_format = getattr(options, "input_format", "auto")
+    return RowLimits(
+        max_rows=settings.max_rows_per_job,
+        max_claim_bytes=settings.max_claim_bytes,
+        input_format=input_format if isinstance(input_format, str) else "auto",
+    )
 
 
 class _Intakes(Mapping[str, KindIntake]):

@@ -13,8 +13,10 @@ for the whole deployment and nothing is lost when a process restarts:
 - queue depth: messages waiting in the Celery queue (Redis LLEN in server mode, the in-memory broker
   in embedded mode) and messages delivered but not yet acknowledged (server mode).
 
-Nothing in it names a tenant, a job or a key. With FACTGATE_METRICS_TOKEN set, a scrape must send
-`Authorization: Bearer <token>` (401 otherwise); FACTGATE_METRICS=0 turns the endpoint off (404).
+Nothing in it names a tenant, a job or a key, but it tells anyone how busy the deployment is and costs
+database queries on every scrape, so it is closed unless configured: with FACTGATE_METRICS_TOKEN set, a
+scrape must send `Authorization: Bearer <token>` (401 otherwise); without a token it answers 404 unless
+FACTGATE_METRICS_PUBLIC=true opens it to anyone on purpose; FACTGATE_METRICS=0 removes the endpoint.
 
 `init_app` also gives every request an id (the caller's `X-Request-Id` if it sends a sane one, else a
 new one), binds it into the log context and echoes it in the `X-Request-Id` response header.
@@ -59,6 +61,12 @@ _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 def metrics_enabled(env: dict[str, str] | None = None) -> bool:
     e = os.environ if env is None else env
     return (e.get("FACTGATE_METRICS") or "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def metrics_public(env: dict[str, str] | None = None) -> bool:
+    """FACTGATE_METRICS_PUBLIC: answer scrapes without a token (off unless set to a true value)."""
+    e = os.environ if env is None else env
+    return (e.get("FACTGATE_METRICS_PUBLIC") or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def window_s(env: dict[str, str] | None = None) -> int:
@@ -112,26 +120,35 @@ def _unbind_request_id(_exc: BaseException | None = None) -> None:
 # --- /metrics ------------------------------------------------------------------------------------------
 
 
-def _scraper_allowed() -> bool:
-    """With FACTGATE_METRICS_TOKEN set, only a scrape that sends it as a bearer token is answered."""
+def _refusal() -> Response | None:
+    """Why this scrape is not answered, or None when it is: the bearer token of FACTGATE_METRICS_TOKEN
+    when one is set; else nobody, unless FACTGATE_METRICS_PUBLIC opens it."""
     expected = (os.environ.get("FACTGATE_METRICS_TOKEN") or "").strip()
+    text_plain = "text/plain; charset=utf-8"
     if not expected:
-        return True
+        if metrics_public():
+            return None
+        return Response(
+            "metrics are closed: set FACTGATE_METRICS_TOKEN (and scrape with it as a bearer token), or "
+            "FACTGATE_METRICS_PUBLIC=true\n",
+            status=404,
+            headers={"Content-Type": text_plain},
+        )
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode()):
+        return None
+    return Response(
+        "metrics need the bearer token of FACTGATE_METRICS_TOKEN\n",
+        status=401,
+        headers={"Content-Type": text_plain, "WWW-Authenticate": 'Bearer realm="metrics"'},
+    )
 
 
 @metrics.get("/metrics")
 def prometheus_metrics() -> Response:
-    if not _scraper_allowed():
-        return Response(
-            "metrics need the bearer token of FACTGATE_METRICS_TOKEN\n",
-            status=401,
-            headers={
-                "Content-Type": "text/plain; charset=utf-8",
-                "WWW-Authenticate": 'Bearer realm="metrics"',
-            },
-        )
+    refusal = _refusal()
+    if refusal is not None:
+        return refusal
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FactgateCollector(resources(), window_s()))
     return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})

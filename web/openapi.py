@@ -214,6 +214,13 @@ SCHEMAS: dict[str, Any] = {
             "metadata": _ref("Metadata"),
             "warnings": {"type": "array", "items": {"type": "string"}},
             "request_counts": _ref("RequestCounts"),
+            "request_counts_as_of": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "Null when `request_counts` is exact. In a list, a running job's counts are "
+                "the scheduler's latest (refreshed every few seconds) rather than counted for the request; "
+                "this is when they were counted.",
+            },
             "usage": _ref("Usage"),
             "cost_usd": {"type": "number"},
             "timestamps": {
@@ -245,7 +252,8 @@ SCHEMAS: dict[str, Any] = {
                 "few seconds: `state` (waiting | running), `endpoint` (the scope its work waits in), `share` "
                 "(its fraction of that scope's rate limit), `rate_per_s`, `remaining` items, `eta_s`, "
                 "`estimated_completion_at`, `estimated_start_at` (before its first item is sent), "
-                "`updated_at`. Null once the job has ended.",
+                "`counts` (its items by status when the view was written), `updated_at`. Null once the job "
+                "has ended.",
                 "properties": {
                     "state": {"type": "string"},
                     "endpoint": {"type": ["string", "null"]},
@@ -255,6 +263,7 @@ SCHEMAS: dict[str, Any] = {
                     "eta_s": {"type": ["number", "null"]},
                     "estimated_completion_at": {"type": ["string", "null"], "format": "date-time"},
                     "estimated_start_at": {"type": ["string", "null"], "format": "date-time"},
+                    "counts": _ref("RequestCounts"),
                     "updated_at": {"type": "string", "format": "date-time"},
                 },
             },
@@ -421,6 +430,12 @@ SCHEMAS: dict[str, Any] = {
                         "created_at": {"type": "string", "format": "date-time"},
                         "job": {"type": "object"},
                         "item": {"type": ["object", "null"]},
+                        "items": {
+                            "type": "array",
+                            "items": {"type": "object"},
+                            "description": "Every item the attempt answered: the item alone, or each item of "
+                            "a packed request (its sentences or claims), with its own status and output.",
+                        },
                     },
                 },
             },

@@ -20,7 +20,7 @@ from jobs.retention import Retention, expires_at
 from jobs.serialize import retention_days
 from models import Job, JobStatus, utcnow
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS
-from web.pages_format import duration, usd
+from web.pages_format import duration, usd, when
 from web.session import settings
 from web.status import ENDED_STATUSES, SIMULATED_NOTE, job_usage, jobs_usage
 
@@ -67,6 +67,12 @@ class JobView:
     metadata: dict[str, Any]
     options: dict[str, Any]
     schedule: str  # what the scheduler says about a live job (its share, ETA, or why it waits); "" otherwise
+    counts_note: str  # when the counts are the scheduler's latest rather than exact now; "" when exact
+
+
+def counts_note(counts: RequestCounts) -> str:
+    """Says that a running job's counts are the scheduler's latest, and as of when; "" when exact."""
+    return "" if counts.as_of is None else f"Counts as of {when(counts.as_of)}, refreshed every few seconds."
 
 
 def schedule_text(job: Job) -> str:
@@ -161,6 +167,7 @@ def job_view(
         # panel, the overview (which the downloadable report file shares) leaves it out.
         options={k: v for k, v in (job.options or {}).items() if k != "webhook_url"},
         schedule=schedule_text(job),
+        counts_note=counts_note(counts),
     )
 
 
@@ -181,5 +188,6 @@ def progress_payload(session: Session, job: Job) -> dict[str, Any]:
             "elapsed": duration(view.elapsed_s),
             "status": view.status.replace("_", " "),
             "schedule": view.schedule,
+            "counts_as_of": view.counts_note,
         },
     }

@@ -66,9 +66,13 @@ MIMETYPES = {
 # the prefix `citations_`. The model keeps each kind's default.
 CITATION_CUTOFFS = ("supported_min", "weak_min", "contradicted_min", "checkable_min")
 OPTION_GROUPS: dict[str, dict[str, str]] = {
-    "claims-options": {name: name for name in ("mode", "supported_min", "contradicted_max")},
+    "claims-options": {
+        **{name: name for name in ("mode", "supported_min", "contradicted_max")},
+        "claims_pack_size": "pack_size",
+    },
     "citations-options": {
-        f"citations_{name}": name for name in (*CITATION_CUTOFFS, "misattribution", "review")
+        f"citations_{name}": name
+        for name in (*CITATION_CUTOFFS, "misattribution", "review", "pack_size", "audit_share")
     },
     "common-options": {"priority": "priority"},
 }
@@ -227,6 +231,9 @@ DEFAULTS = {
     "citations_checkable_min": f"{_CITATIONS.checkable_min:g}",
     "citations_misattribution": "true" if _CITATIONS.misattribution else "false",
     "citations_review": _CITATIONS.review,
+    "citations_pack_size": str(_CITATIONS.pack_size),
+    "citations_audit_share": f"{_CITATIONS.audit_share:g}",
+    "claims_pack_size": "1",
     "priority": "batch",
 }
 

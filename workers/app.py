@@ -29,11 +29,13 @@ def make_celery(settings: Settings, *, with_tasks: bool = True) -> Celery:
         from workers.bootsteps import (  # noqa: PLC0415 - workers only; producers skip it
             ConsumeWhileFitStep,
             DispatcherStep,
+            WebhookSendersStep,
         )
 
         require_all()  # a kind without its handlers fails here, not on its first item
         app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
         app.steps["worker"].add(DispatcherStep)
+        app.steps["worker"].add(WebhookSendersStep)
         app.steps["consumer"].add(ConsumeWhileFitStep)
     return app
 

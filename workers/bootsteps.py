@@ -1,5 +1,5 @@
-"""What a worker process runs beside its task pool: the dispatcher loop (workers/dispatcher.py), and the
-hand-back of items it received but never started.
+"""What a worker process runs beside its task pool: the dispatcher loop (workers/dispatcher.py), the
+webhook sender threads (workers/webhooks.py), and the hand-back of items it received but never started.
 
 A Celery bootstep ties the loop's life to the worker's, in server mode (`celery worker`) and in embedded
 mode (the in-process `WorkController`) alike. Every worker runs it; a Redis lock lets one of them lead.
@@ -24,6 +24,7 @@ from jobs.scheduling import forget_dispatches
 from models import session_scope
 from workers.context import get_context
 from workers.dispatcher import CONSUME_HOLD_S, Dispatcher, keeps_consuming
+from workers.webhooks import start_senders, stop_senders
 
 log = logging.getLogger("factgate.workers")
 
@@ -134,6 +135,20 @@ class DispatcherStep(bootsteps.StartStopStep):
         if self.dispatcher is not None:
             self.dispatcher.stop()
             self.dispatcher = None
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
+
+
+class WebhookSendersStep(bootsteps.StartStopStep):
+    """Start this process's webhook senders with the worker and stop them on shutdown: threads of their
+    own, so a slow receiver never holds a thread of the task pool."""
+
+    def start(self, parent: Any) -> None:
+        start_senders(parent.app)
+
+    def stop(self, parent: Any) -> None:
+        stop_senders(parent.app)
 
     def shutdown(self, parent: Any) -> None:
         self.stop(parent)

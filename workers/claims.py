@@ -2,14 +2,61 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from checks import claims as claim_rules
+from checks.packing import pack_claims, split_count
 from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.outcomes import Done, Outcome
+from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
 from workers.steps import Calls, StepError, model_of
+
+
+def _verdict(p: float, opts: Mapping[str, Any]) -> str:
+    return claim_rules.verdict(
+        p, float(opts.get("supported_min", 0.8)), float(opts.get("contradicted_max", 0.2))
+    )
+
+
+def handle_claim_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: Calls) -> PackOutcome:
+    """One ungrounded Decisions request for several claims (docs/spec.md §9.3): each claim's p, verdict
+    and request ids on its own item, with its share of the tokens."""
+    model = model_of(items[0])
+    try:
+        packed = pack_claims([str(i.input["claim"]) for i in items], model)
+    except ValueError as exc:
+        return Failed(f"cannot check these claims: {exc}")
+    try:
+        decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
+    except StepError as exc:
+        outcome = calls.failed(exc)
+        assert isinstance(outcome, Failed | Transient)
+        return outcome
+    rec = decision.record
+    answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
+    tokens_in = split_count(decision.input_tokens, len(items))
+    tokens_out = split_count(decision.output_tokens, len(items))
+    members: list[Member] = []
+    for i, p in enumerate(packed.answers_of(answers)):
+        if p is None:
+            members.append(AskAlone("the packed answer left out this claim's question"))
+            continue
+        output: dict[str, Any] = {
+            "p": p,
+            "verdict": _verdict(p, items[i].options),
+            "request_id": rec.request_id,
+            "request_ids": rec.request_ids,
+            "sanitized": list(rec.sanitized),
+            "input_tokens": tokens_in[i],
+            "output_tokens": tokens_out[i],
+            "model": decision.model,
+            "n_search_results": 0,
+            "sources": [],
+        }
+        members.append(Done(output))
+    return PackAnswered(members, calls.rows)
 
 
 def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -30,9 +77,7 @@ def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome
     assert p is not None  # validated by the client
     output: dict[str, Any] = {
         "p": p,
-        "verdict": claim_rules.verdict(
-            p, float(opts.get("supported_min", 0.8)), float(opts.get("contradicted_max", 0.2))
-        ),
+        "verdict": _verdict(p, opts),
         "request_id": rec.request_id,
         "request_ids": rec.request_ids,
         "sanitized": list(rec.sanitized),

@@ -66,6 +66,7 @@ from celery.backends.redis import RedisBackend
 from checks.fairness import Backlog, FairState, allocate, shares, wait_bounds
 from jobs import scheduling
 from jobs.driver import Executor, statement_scope
+from jobs.progress import counts_of
 from jobs.quotas import Hold
 from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob, Ready
@@ -965,11 +966,15 @@ class Dispatcher:
         """Each live job's share of its busiest scope, the rate that gives it, and when it should end."""
         observed = self._job_rates()
         views: dict[uuid.UUID, dict[str, Any]] = {}
+        # One grouped count over the live jobs' items: the job's counts as of `updated_at`, which lists and
+        # pages show instead of counting every item on every request (jobs/progress.py:shared_counts).
         with self.ctx.sessions() as session:
-            remaining = scheduling.remaining_items(session, [j.id for j in jobs])
+            counts = counts_of(session, [j.id for j in jobs])
+        remaining = {job_id: c.pending + c.running for job_id, c in counts.items()}
         stamp = utcnow()
         for job in jobs:
             key = str(job.id)
+            shared = counts[job.id].as_dict()
             hold = self._holds.get(job.tenant_id)
             if hold is not None:
                 views[job.id] = {
@@ -983,6 +988,7 @@ class Dispatcher:
                     "eta_s": None,
                     "estimated_completion_at": None,
                     "estimated_start_at": hold.resumes_at.isoformat(),
+                    "counts": shared,
                     "updated_at": stamp.isoformat(),
                 }
                 continue
@@ -1016,6 +1022,7 @@ class Dispatcher:
                 "estimated_start_at": None
                 if start_in is None
                 else (stamp + timedelta(seconds=start_in)).isoformat(),
+                "counts": shared,
                 "updated_at": stamp.isoformat(),
             }
         with session_scope(self.ctx.sessions) as session:

@@ -38,3 +38,28 @@ class Skipped:
 
 
 Outcome = Done | Failed | Transient | Skipped
+
+
+# --- a pack: several items answered by one request (jobs/packs.py) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class AskAlone:
+    """A pack's member whose answers did not come back: it leaves the pack and is asked on its own."""
+
+    error: str
+
+
+Member = Done | Failed | AskAlone
+
+
+@dataclass(frozen=True)
+class PackAnswered:
+    """The pack's request answered: what became of each member, in the pack's order, and the calls."""
+
+    members: list[Member]
+    calls: list[CallRow] = field(default_factory=list)
+
+
+# A pack that was not answered ends as one outcome for every member: failed, tried again later, skipped.
+PackOutcome = PackAnswered | Failed | Transient | Skipped

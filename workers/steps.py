@@ -9,7 +9,7 @@ HTTP attempt becomes an `api_calls` row of its item, and counts the money agains
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +25,13 @@ from workers.calls import call_rows
 from workers.context import WorkerContext
 from workers.faults import INFRA_ERRORS
 from workers.limiter import LimiterTimeout
-from workers.outcomes import Failed, Outcome, Skipped, Transient
+from workers.outcomes import Failed, Outcome, PackOutcome, Skipped, Transient
 
 log = logging.getLogger("factgate.workers")
 
 Handler = Callable[[WorkerContext, ClaimedItem, "Calls"], Outcome]
+# A pack's handler gets its items (the head first) and one `Calls`, whose item is the head.
+PackHandler = Callable[[WorkerContext, Sequence[ClaimedItem], "Calls"], PackOutcome]
 
 
 def model_of(item: ClaimedItem) -> str:

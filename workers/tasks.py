@@ -49,6 +49,7 @@ from jobs.items import (
     try_claim,
 )
 from jobs.keyring import KeyringError
+from jobs.packs import free_orphaned_members
 from jobs.purge import purge_queue, purge_step
 from jobs.records import ClaimedItem
 from jobs.retention import Retention
@@ -63,6 +64,7 @@ from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault, service_of
 from workers.kinds import handler_for
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
+from workers.packs import packs_of, run_pack, take_members
 from workers.steps import Calls, budget_skip
 from workers.webhooks import send_if_due, send_soon
 
@@ -475,6 +477,8 @@ def _run_item(item_id: int, epoch: int | None) -> None:
         _after_exhausted(ctx, claim)
         return
     bind(job_id=claim.job_id)  # every log line of this item carries its job (signals unbind it)
+    if packs_of(claim) and _ran_as_pack(ctx, claim):
+        return
     with ctx.leases.hold(claim.id, claim.token):
         outcome = execute(ctx, claim)
         step = settle(ctx, claim, outcome)
@@ -486,6 +490,24 @@ def _run_item(item_id: int, epoch: int | None) -> None:
                 raise
             # The item's outcome is stored; only the finalize after it is missing, and the sweep does it.
             log.warning("job %s: could not finalize: %s; the sweep will", step.job_id, _fault_line(exc))
+
+
+def _ran_as_pack(ctx: WorkerContext, head: ClaimedItem) -> bool:
+    """Claim the head's pack members and run them in one request (workers/packs.py). False when the head
+    has no pending member left: it runs as a single item. An unreachable database gives the head back."""
+    try:
+        members = take_members(ctx, head)
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):
+            raise
+        log.warning("could not claim the pack of item %s: infrastructure fault", head.id, exc_info=True)
+        with ctx.leases.hold(head.id, head.token):
+            settle(ctx, head, Transient(describe_fault(exc), [], retry_in_s=INFRA_RETRY_S))
+        return True
+    if not members:
+        return False
+    run_pack(ctx, head, members, _backoff_s)
+    return True
 
 
 @shared_task(name="factgate.sweep", ignore_result=True)
@@ -509,6 +531,7 @@ def sweep() -> dict[str, int]:
 def _sweep(ctx: WorkerContext) -> dict[str, int]:
     with session_scope(ctx.sessions) as session:
         expired = expire_leases(session)
+        free_orphaned_members(session)  # members left waiting by a head that ended without them
         forgotten = forget_stale_dispatches(session, ctx.settings.dispatch_stale_s)
         restart = stale_validating(session, ctx.settings.dispatch_stale_s)
         cancels = cancelling_with_pending(session)

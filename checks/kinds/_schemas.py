@@ -12,6 +12,7 @@ from typing import Any
 
 from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ID_CHARS, SUPPORTED_MIN
 from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
+from checks.packing import DEFAULT_AUDIT_SHARE, MAX_PACK_SIZE
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
@@ -29,6 +30,21 @@ BUDGET_OPTION: dict[str, Any] = {
     "type": ["number", "null"],
     "exclusiveMinimum": 0,
     "description": "Stop sending once this much has been spent; remaining items are skipped.",
+}
+PACK_SIZE_OPTION: dict[str, Any] = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": MAX_PACK_SIZE,
+    "description": "The most items (an answer's sentences, ungrounded claims) one Decisions request may "
+    "carry; 1 sends one request each. Packed items stay items of their own (docs/spec.md §9).",
+}
+AUDIT_SHARE_OPTION: dict[str, Any] = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": 1,
+    "default": DEFAULT_AUDIT_SHARE,
+    "description": "The share of packed answers (at least one) whose sentences are asked again one per "
+    "request, to measure agreement with the packed verdicts (`packing_audit`); 0 turns it off.",
 }
 WEBHOOK_URL_OPTION: dict[str, Any] = {
     "type": ["string", "null"],
@@ -81,6 +97,11 @@ CLAIMS_OPTIONS: dict[str, Any] = {
         },
         "supported_min": {"type": "number", "minimum": 0, "maximum": 1, "default": SUPPORTED_MIN},
         "contradicted_max": {"type": "number", "minimum": 0, "maximum": 1, "default": CONTRADICTED_MAX},
+        "pack_size": {
+            **PACK_SIZE_OPTION,
+            "default": 1,
+            "description": PACK_SIZE_OPTION["description"] + " Above 1 only with mode `ungrounded`.",
+        },
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,

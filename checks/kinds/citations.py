@@ -21,6 +21,7 @@ from checks.citation_contracts import (
     CitationsResult,
     CitationsSummary,
 )
+from checks.citation_formats import INPUT_FORMATS, format_note
 from checks.citation_rows import (
     ALLOWED_FIELDS,
     CSV_REFUSAL,
@@ -35,16 +36,26 @@ from checks.citation_rows import (
 from checks.citation_verdicts import add_metrics, check_cutoffs
 from checks.contracts import ItemStatusName
 from checks.fairness import Priority
-from checks.kinds._schemas import BUDGET_OPTION, PRIORITY_OPTION, WEBHOOK_URL_OPTION
+from checks.kinds._schemas import (
+    AUDIT_SHARE_OPTION,
+    BUDGET_OPTION,
+    PACK_SIZE_OPTION,
+    PRIORITY_OPTION,
+    WEBHOOK_URL_OPTION,
+)
 from checks.ndjson import RowLine
 from checks.options import (
     CUTOFFS_MODEL,
     OptionsError,
+    audit_share_option,
     number_option,
+    pack_size_option,
     priority_option,
     webhook_url_option,
     without_unset_webhook,
 )
+from checks.packing import DEFAULT_AUDIT_SHARE, MAX_PACK_SIZE
+from checks.packing_audit import AuditPart, combine
 from checks.pricing import KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.recipes import Recipe, RowLimits, StageSpec, register
@@ -52,6 +63,8 @@ from checks.recipes import Recipe, RowLimits, StageSpec, register
 ENTRY_STAGE: Final = "answer"
 SENTENCE_STAGE: Final = "cited_sentence"
 REWRITE_STAGE: Final = "rewrite"
+# A packed sentence asked again alone, for the packing audit (checks/packing_audit.py).
+AUDIT_STAGE: Final = "audit_sentence"
 REVIEWS: Final = ("none", "agent")
 Review = Literal["none", "agent"]
 OPTION_NAMES: Final = frozenset(
@@ -66,6 +79,9 @@ OPTION_NAMES: Final = frozenset(
         "budget_usd",
         "priority",
         "webhook_url",
+        "pack_size",
+        "audit_share",
+        "input_format",
     }
 )
 CSV_COLUMNS: Final = (
@@ -105,6 +121,10 @@ class CitationsOptions:
     budget_usd: float | None = None
     priority: Priority = "batch"
     webhook_url: str | None = None
+    # Sentences of one answer per Decisions request (docs/spec.md §9): by default as many as fit.
+    pack_size: int = MAX_PACK_SIZE
+    audit_share: float = DEFAULT_AUDIT_SHARE
+    input_format: str = "auto"
 
     @property
     def cutoffs(self) -> CitationCutoffs:
@@ -125,6 +145,10 @@ class CitationsOptions:
                 "budget_usd": self.budget_usd,
                 "priority": self.priority,
                 "webhook_url": self.webhook_url,
+                "pack_size": self.pack_size,
+                "audit_share": self.audit_share,
+                # Stored only when named: a job read as detected keeps the options it always had.
+                **({"input_format": self.input_format} if self.input_format != "auto" else {}),
             }
         )
 
@@ -166,7 +190,13 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    input_format = raw.get("input_format") or "auto"
+    if input_format not in INPUT_FORMATS:
+        raise OptionsError(
+            "input_format", f"must be one of {', '.join(INPUT_FORMATS)}, got {str(input_format)[:40]!r}"
+        )
     return CitationsOptions(
+        input_format=str(input_format),
         model=model,
         **values,
         misattribution=_boolean(raw, "misattribution", True),
@@ -174,15 +204,30 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
         budget_usd=budget,
         priority=priority_option(raw),
         webhook_url=webhook_url_option(raw),
+        pack_size=pack_size_option(raw, MAX_PACK_SIZE),
+        audit_share=audit_share_option(raw, DEFAULT_AUDIT_SHARE),
     )
 
 
 def rows_from_lines(lines: Iterable[RowLine], limits: RowLimits) -> Sequence[CitationRow]:
-    return parse_citation_lines(lines, max_rows=limits.max_rows)
+    return parse_citation_lines(lines, max_rows=limits.max_rows, input_format=limits.input_format)
 
 
 def rows_from_items(items: Sequence[object], limits: RowLimits) -> Sequence[CitationRow]:
-    return validate_citation_rows(items, max_rows=limits.max_rows)
+    return validate_citation_rows(items, max_rows=limits.max_rows, input_format=limits.input_format)
+
+
+def rows_note(rows: Iterable[CitationRow], input_format: str) -> list[str]:
+    """The job's note on how its rows were read (a RAGAS or DeepEval body), or none."""
+    formats: set[str] = set()
+    answers = unmarked = 0
+    for row in rows:
+        formats.add(row.input_format)
+        answers += 1
+        unmarked += 1 if row.entry.unmarked else 0
+    found = formats.pop() if len(formats) == 1 else "factgate"
+    note = format_note(found, detected=input_format == "auto", answers=answers, unmarked=unmarked)
+    return [note] if note else []
 
 
 # --- job summary and result lines (pure: over stored reports) -------------------------------------------
@@ -210,6 +255,7 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
     metrics: list[CitationMetrics] = []
     cutoffs: CitationCutoffs | None = None
     answers = 0
+    audits: list[AuditPart] = []
     for status, summary in reports:
         answers += 1
         if status is not None:
@@ -226,6 +272,8 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
             metrics.append(CitationMetrics.read(found))
         if cutoffs is None and isinstance(found := s.get("cutoffs"), Mapping):
             cutoffs = CitationCutoffs.read(found)
+        if isinstance(found := s.get("packing_audit"), Mapping):
+            audits.append(AuditPart.read(found))
     return CitationsSummary(
         questions=answers,
         outcomes=outcomes,
@@ -233,6 +281,7 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
         totals={k: int(v) for k, v in totals.items()},
         metrics=add_metrics(metrics),
         cutoffs=cutoffs or CitationCutoffs(),
+        packing_audit=combine(audits),
     )
 
 
@@ -268,7 +317,10 @@ def _request_ids(report: CitationReport) -> list[str]:
 ROW_SCHEMA: Final[Mapping[str, object]] = {
     "type": "object",
     "description": "One answer of a `citations` job, with the sources it cites by `[id]` markers "
-    f"(at most {MAX_ROW_BYTES:,} bytes a row). NDJSON or JSON only: a CSV body is refused.",
+    f"(at most {MAX_ROW_BYTES:,} bytes a row). NDJSON or JSON only: a CSV body is refused. A body may "
+    "instead hold RAGAS samples (`user_input`, `response`, `retrieved_contexts`, `reference`) or DeepEval "
+    "test cases (`input`, `actual_output`, `retrieval_context`, `name`), one format a body (option "
+    "`input_format`; docs/spec.md §8.1).",
     "required": ["id", "answer", "sources"],
     "additionalProperties": False,
     "properties": {
@@ -338,6 +390,16 @@ OPTIONS_SCHEMA: Final[Mapping[str, object]] = {
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
+        "pack_size": {**PACK_SIZE_OPTION, "default": MAX_PACK_SIZE},
+        "audit_share": AUDIT_SHARE_OPTION,
+        "input_format": {
+            "type": "string",
+            "enum": list(INPUT_FORMATS),
+            "default": "auto",
+            "description": "How the rows are written: factgate's own (id, answer, sources, question), RAGAS "
+            "samples (user_input, response, retrieved_contexts, reference) or DeepEval test cases (input, "
+            "actual_output, retrieval_context, name); `auto` decides by the first row.",
+        },
     },
 }
 
@@ -350,6 +412,7 @@ RECIPE = register(
             StageSpec(ENTRY_STAGE, "decisions"),
             StageSpec(SENTENCE_STAGE, "decisions"),
             StageSpec(REWRITE_STAGE, "agent"),
+            StageSpec(AUDIT_STAGE, "decisions"),
         ),
         parse_options=parse_options,
         rows_from_lines=rows_from_lines,

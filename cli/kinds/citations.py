@@ -15,7 +15,9 @@ def metrics_line(m: CitationMetrics) -> str:
     return (
         f"recall {_pct(m.citation_recall)}  precision {_pct(m.citation_precision)}  "
         f"uncited {_pct(m.uncited_rate)}  misattributed {m.misattributed}  contradicted {m.contradicted}  "
-        f"supported by a source {_pct(m.supported_share)}  ({m.checkable} checkable of {m.sentences})"
+        f"supported by a source {_pct(m.supported_share)}  ({m.checkable} checkable of {m.sentences}"
+        + (f"; {m.unmarked} without markers, checked against every source" if m.unmarked else "")
+        + ")"
     )
 
 
@@ -37,6 +39,8 @@ def citation_lines(line: CitationsResult) -> list[str]:
             extra += " misattributed: " + "".join(f"[{k}]" for k in s.misattributed)
         if s.missing:
             extra += " no such source: " + "".join(f"[{k}]" for k in s.missing)
+        if s.unmarked:
+            extra += " (no markers: checked against every source)"
         out.append(f"{s.number:>3}. [{s.label or s.status}] {s.text}{extra}")
         if s.review and s.review.suggestion:
             out.append(f"     suggested ({s.review.outcome}): {s.review.suggestion}")

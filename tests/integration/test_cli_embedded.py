@@ -265,6 +265,7 @@ def test_serve_runs_the_api_and_a_worker_in_one_process(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
+    env = {**env, "FACTGATE_METRICS_PUBLIC": "true"}  # /metrics is closed unless opened on purpose
     with background([FACTGATE, "serve", "--port", str(port)], env, log) as server:
         wait_for(lambda: httpx.get(f"{base}/healthz").status_code == 200, timeout=60, what="serve", log=log)
         health = httpx.get(f"{base}/healthz").json()

@@ -184,3 +184,59 @@ def test_a_url_too_long_is_a_414_in_the_apis_json_shape(server: Server, length: 
     assert resp.headers["content-type"].startswith("application/json")
     assert resp.json()["error"]["type"] == "uri_too_long_error"
     assert "a" * 100 not in resp.text  # the request line is not echoed back
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = DOCS.parent
+
+
+def _block(markdown: str, language: str) -> str:
+    """The first fenced block of `language` in a Markdown text."""
+    start = markdown.index(f"```{language}\n") + len(f"```{language}\n")
+    return markdown[start : markdown.index("```", start)]
+
+
+def test_the_python_clients_documented_example_runs_and_prints_what_the_docs_show(
+    server: Server, tmp_path: Path
+) -> None:
+    """docs/client.md's example, run as a user would (its own process, from a clone's root) against the
+    server; its output is the one the page shows."""
+    import subprocess
+    import sys
+
+    doc = (DOCS / "client.md").read_text()
+    script = tmp_path / "example.py"
+    script.write_text(_block(doc, "python"))
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:] + server.log_text()[-3000:]
+    assert run.stdout == _block(doc, "text"), run.stdout
+    assert "completed 33/33" in run.stderr  # the progress callback saw the job end (33 items)
+
+
+def test_the_ci_example_gates_on_a_citations_job(server: Server) -> None:
+    """examples/ci/test_factgate_gate.py, the pytest test a team copies, against the server: it passes at
+    the example's bounds and fails when a bound is out of reach."""
+    import subprocess
+    import sys
+
+    test = ROOT / "examples" / "ci" / "test_factgate_gate.py"
+    argv = [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider", "-p", "no:cov",
+            "-o", "addopts=", "--rootdir", str(test.parent)]  # fmt: skip
+    passing = subprocess.run(
+        argv, cwd=ROOT, env=server.env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert passing.returncode == 0, passing.stdout[-3000:] + passing.stderr[-2000:]
+    strict = {**server.env, "FACTGATE_MIN_SUPPORTED_SHARE": "0.99"}
+    failing = subprocess.run(
+        argv, cwd=ROOT, env=strict, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert failing.returncode == 1, failing.stdout[-3000:]
+    assert "supported_share 0.8 is under 0.99" in failing.stdout

@@ -41,6 +41,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REDIS_DB_URL = redis_db_url(13)  # the queue stack's database: flushed before and after, like there
 API_KEY = "pplx-honcho-smoke-key-0123456789abcdef"
+SCRAPE_TOKEN = "honcho-scrape-token"
+SCRAPE = {"Authorization": f"Bearer {SCRAPE_TOKEN}"}
 
 
 def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None:
@@ -73,6 +75,7 @@ def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None
                 FACTGATE_WORKER_CONCURRENCY="4",
                 FACTGATE_BEAT_SCHEDULE=str(tmp_path / "beat-schedule"),
                 WEB_CONCURRENCY="1",
+                FACTGATE_METRICS_TOKEN=SCRAPE_TOKEN,  # /metrics is closed without one
             )
             argv = [str(bin_dir / "honcho"), "-f", str(ROOT / "Procfile"), "-d", str(ROOT),
                     "-e", str(tmp_path / "no.env"), "start", "-p", str(port)]  # fmt: skip
@@ -114,7 +117,8 @@ def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None
                     "total": 48, "completed": 48, "failed": 0, "skipped": 0, "pending": 0, "running": 0,
                 }  # fmt: skip
 
-                metrics = httpx.get(f"{base}/metrics").text
+                assert httpx.get(f"{base}/metrics").status_code == 401
+                metrics = httpx.get(f"{base}/metrics", headers=SCRAPE).text
                 assert 'factgate_jobs{status="completed"} 1.0' in metrics
                 assert re.search(
                     r'factgate_upstream_calls\{endpoint="decisions",status="200",window_s="900"\} \d', metrics
@@ -123,7 +127,7 @@ def test_honcho_start_serves_the_api_and_completes_a_job(tmp_path: Path) -> None
 
                 def waits_counted() -> bool:
                     # Workers write their limiter waits once a second (workers/signals.py:LimiterWaits).
-                    text = httpx.get(f"{base}/metrics").text
+                    text = httpx.get(f"{base}/metrics", headers=SCRAPE).text
                     waits = re.search(
                         r'factgate_limiter_wait_seconds_count\{endpoint="decisions"\} (\S+)', text
                     )

@@ -69,6 +69,13 @@ def seed(app: Flask) -> None:
             )
 
 
+@pytest.fixture(autouse=True)
+def public_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the figures: the endpoint opened on purpose (it is closed by default, below)."""
+    monkeypatch.delenv("FACTGATE_METRICS_TOKEN", raising=False)
+    monkeypatch.setenv("FACTGATE_METRICS_PUBLIC", "true")
+
+
 @pytest.fixture
 def embedded_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Flask:
     monkeypatch.delenv("FACTGATE_METRICS", raising=False)
@@ -201,6 +208,26 @@ def test_metrics_token_guards_the_endpoint(embedded_app: Flask, monkeypatch: pyt
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     ok = client.get("/metrics", headers={"Authorization": "Bearer scrape-secret"})
     assert ok.status_code == 200 and "factgate_jobs" in ok.get_data(as_text=True)
+
+
+def test_metrics_are_closed_without_a_token_unless_made_public(
+    embedded_app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = embedded_app.test_client()
+    for public in (None, "", "0", "false"):
+        if public is None:
+            monkeypatch.delenv("FACTGATE_METRICS_PUBLIC", raising=False)
+        else:
+            monkeypatch.setenv("FACTGATE_METRICS_PUBLIC", public)
+        closed = client.get("/metrics")
+        assert closed.status_code == 404, public
+        body = closed.get_data(as_text=True)
+        assert "factgate_jobs" not in body and "FACTGATE_METRICS_TOKEN" in body
+    monkeypatch.setenv("FACTGATE_METRICS_PUBLIC", "true")
+    assert client.get("/metrics").status_code == 200
+    # A token still guards it when set, public or not.
+    monkeypatch.setenv("FACTGATE_METRICS_TOKEN", "scrape-secret")
+    assert client.get("/metrics").status_code == 401
 
 
 def test_metrics_name_no_tenant_job_or_key(embedded_app: Flask) -> None:

@@ -142,24 +142,30 @@ def test_examples_get_every_label_and_the_metrics_on_purpose(
     assert metrics["misattributed"] == 2 and metrics["contradicted"] == 1
     assert metrics["sentences"] == sum(len(line["report"]["sentences"]) for line in lines.values())
 
-    # One Decisions request per sentence, none for the answers themselves (they only split); each id is
-    # the request behind one sentence, and the lookup finds it.
+    # One Decisions request per answer, its sentences packed (docs/spec.md §9), none for the answers
+    # themselves (they only split), and the packing audit's: the first answer's sentences asked alone. Each
+    # id is the request behind one answer's sentences, and the lookup finds every one of them.
     calls = _calls(stack, job_id)
     assert {c.endpoint for c in calls} == {"decisions"}
-    assert len(calls) == metrics["sentences"] == summary["totals"]["decisions_requests"]
     with Session(stack.engine) as s:
         stages = dict(
             s.execute(
                 select(Item.stage, func.count()).where(Item.job_id == uuid.UUID(job_id)).group_by(Item.stage)
             ).all()
         )
-    assert stages == {"answer": len(lines), "cited_sentence": metrics["sentences"]}
+    first = lines[next(iter(lines))]
+    audits = len(first["report"]["sentences"])
+    assert stages == {"answer": len(lines), "cited_sentence": metrics["sentences"], "audit_sentence": audits}
+    answered = sum(1 for line in lines.values() if line["report"]["sentences"])
+    assert len(calls) == answered + audits == summary["totals"]["decisions_requests"]
+    assert summary["packing_audit"]["sentences"] == audits
     rid = danube["request_id"]
     found = client.get(f"/v1/requests/{rid}", headers=auth)
     assert found.status_code == 200
     (call,) = found.get_json()["calls"]
     assert call["job"] == {"id": job_id, "kind": "citations", "status": "completed"}
     assert call["item"]["custom_id"] == "danube:s1"
+    assert [i["custom_id"] for i in call["items"]] == ["danube:s1", "danube:s2"]
     assert job.usage is not None and job.usage["http_attempts"] == len(calls)
 
     # The CSV is one row per sentence, formula-safe, with the trailer.
@@ -302,3 +308,76 @@ def test_the_job_and_its_results_match_the_served_document(
     assert job["summary"]["kind"] == "citations" and job["summary"]["metrics"]["contradicted"] == 1
     lines = _lines(served, client.get(f"/v1/jobs/{job_id}/results", headers=auth), "CitationsResult")
     assert [line["custom_id"] for line in lines] == ["danube", "tea"]
+
+
+RAGAS = EXAMPLES.parent / "ragas.jsonl"
+DEEPEVAL = EXAMPLES.parent / "deepeval.json"
+
+
+def test_ragas_and_deepeval_rows_run_as_they_are_and_the_job_says_how_it_read_them(
+    stack: SharedStack, app: Flask, auth: dict[str, str]
+) -> None:
+    """A RAGAS file streamed as NDJSON (no markers: every sentence against every source) and DeepEval test
+    cases as JSON items (markers by context position); the job's warning names the format."""
+    client = app.test_client()
+    ragas_id = _submit_ndjson(client, auth, RAGAS.read_bytes())
+    cases = json.loads(DEEPEVAL.read_text())["test_cases"]
+    resp = client.post("/v1/jobs", json={"kind": "citations", "items": cases}, headers=auth)
+    assert resp.status_code == 202, resp.get_data(as_text=True)
+    deepeval_id = str(resp.get_json()["id"])
+
+    ragas_job = stack.wait_job(uuid.UUID(ragas_id), timeout=180)
+    assert ragas_job.status == "completed", ragas_job.error
+    (note,) = ragas_job.warnings or []
+    assert note.startswith("rows read as RAGAS (detected)") and "11 of 11 answers have no [n] markers" in note
+    lines = _results(client, auth, ragas_id)
+    assert list(lines)[:2] == ["eiffel", "danube"]  # RAGAS's own `id`
+    eiffel = lines["eiffel"]["report"]["sentences"]
+    assert [s["label"] for s in eiffel] == ["supported"] * 3
+    assert all(s["unmarked"] and s["cited"] == ["1", "2"] for s in eiffel)
+    assert eiffel[0]["rule"].startswith("no markers, checked against every source: ")
+    # Unmarked: never "uncited"; the swapped citations of great-wall are no longer wrong, only the facts.
+    assert _labels(lines["great-wall"]) == ["supported", "supported"]
+    assert _labels(lines["danube"])[0] == "contradicted"
+    metrics = (ragas_job.summary or {})["metrics"]
+    assert "uncited" not in metrics["labels"] and metrics["unmarked"] == metrics["checkable"] > 0
+    assert metrics["citation_recall"] is None and metrics["uncited_rate"] is None
+    assert 0 < metrics["supported_share"] < 1
+    table = client.get(f"/v1/jobs/{ragas_id}/results?format=csv", headers=auth).get_data(as_text=True)
+    assert "no markers, checked against every source" in table
+    token = auth["Authorization"].removeprefix("Bearer ")
+    client.post("/sign-in", data={"token": token, "csrf_token": csrf_token(client)})
+    page = client.get(f"/jobs/{ragas_id}").get_data(as_text=True)
+    assert "rows read as RAGAS" in page and "checked against every source (no markers)" in page
+    assert "come from answers without [n] markers" in page
+
+    deepeval_job = stack.wait_job(uuid.UUID(deepeval_id), timeout=180)
+    assert deepeval_job.status == "completed", deepeval_job.error
+    assert (deepeval_job.warnings or [""])[0].startswith("rows read as DeepEval (detected)")
+    marked = _results(client, auth, deepeval_id)
+    assert _labels(marked["great-wall"]) == ["unsupported", "unsupported"]  # its markers are judged
+    assert _labels(marked["uncited-claim"]) == ["supported", "uncited"]
+    assert (deepeval_job.summary or {})["metrics"]["unmarked"] == 0
+
+
+def test_ragas_and_deepeval_rows_are_refused_in_their_own_field_names(
+    app: Flask, auth: dict[str, str]
+) -> None:
+    client = app.test_client()
+    body = (
+        b'{"user_input": "q", "response": "A.", "retrieved_contexts": ["ok"]}\n'
+        b'{"user_input": "q", "response": "B.", "retrieved_contexts": ["ok", 3]}\n'
+    )
+    resp = client.post(
+        "/v1/jobs?kind=citations", data=body, headers={**auth, "Content-Type": "application/x-ndjson"}
+    )
+    error = resp.get_json()["error"]
+    assert resp.status_code == 400 and error["line"] == 2 and error["field"] == "retrieved_contexts[1]", error
+    named = client.post(
+        "/v1/jobs",
+        json={"kind": "citations", "options": {"input_format": "deepeval"},
+              "items": [{"input": "q", "actual_output": "A.", "retrieval_context": "not a list"}]},
+        headers=auth,
+    )  # fmt: skip
+    assert named.status_code == 400
+    assert named.get_json()["error"]["field"] == "items[0].retrieval_context"

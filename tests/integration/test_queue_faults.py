@@ -163,6 +163,27 @@ def test_hostile_upstream_claims_end_within_their_tries(
     assert all(len(c.request_id or "") <= 128 and len(c.model or "") <= 64 for c in stored)
 
 
+@pytest.mark.parametrize(
+    ("kind", "expect"), [("model_nul", "done"), ("surrogate", "done"), ("error_nul", "failed")]
+)
+def test_hostile_upstream_packed_claims_end_within_their_tries(
+    hostile: tuple[SharedStack, str], kind: str, expect: str
+) -> None:
+    """A packed request (docs/spec.md §9) meets the same hostile answers: every item of the pack ends once,
+    the attempt is one row on the pack's head, and each item's share of it adds up to that one POST."""
+    stack, _ = hostile
+    stack.start_worker(concurrency=4)
+    job_id = stack.submit_claims(_claims(6), {"mode": "ungrounded", "pack_size": 3})
+    job = stack.wait_job(job_id, timeout=90)
+    items = _assert_bounded(stack, job_id, job)
+    assert [i.status for i in items] == [expect] * 6
+    calls = _calls_by_item(stack.engine, job_id)
+    assert sum(calls.values()) == 2  # two packs of three, one POST each
+    if expect == "done":
+        assert sum((i.output or {})["usage"]["attempts"] for i in items) == 2
+        assert all((i.output or {})["sanitized"] for i in items)
+
+
 @pytest.mark.parametrize("kind", ["result_nul", "surrogate", "model_long"])
 def test_hostile_upstream_answer_and_quote_jobs_complete(hostile: tuple[SharedStack, str], kind: str) -> None:
     stack, _ = hostile
@@ -356,3 +377,38 @@ def _resolve_all(stack: Stack, pg_url: str, tmp: Path, request_ids: list[str]) -
         found += 1
     res.engine.dispose()
     return found
+
+
+def test_packed_accounting_under_half_transient_faults_matches_the_upstream(
+    queue_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    """Packs retried under 50 % transient faults: every claim ends once, the requests billed are the POSTs
+    the upstream counted, item shares add up to them, and every request id resolves to its pack."""
+    url, engine = queue_db
+    config = SimConfig(decisions_rps=0, fault_rate=0.5, faults=("500", "502", "503"), seed=11)
+    with (
+        run_in_thread(config) as sim,
+        running_stack(
+            url,
+            engine,
+            sim.base_url,
+            tmp_path,
+            FACTGATE_MAX_ITEM_ATTEMPTS="6",
+            FACTGATE_HTTP_RETRY_BASE_S="0.1",
+        ) as stack,
+    ):
+        stack.start_worker(concurrency=16)
+        job_id = stack.submit_claims(_claims(60, "packed"), {"mode": "ungrounded", "pack_size": 5})
+        job = stack.wait_job(job_id, timeout=240)
+        upstream_posts = _sim_count(sim, "decisions")
+        assert job.status == "completed", job.error
+        items = _items(engine, job_id)
+        with Session(engine) as s:
+            calls = list(s.scalars(select(ApiCall).where(ApiCall.job_id == job_id)))
+        resolved = _resolve_all(stack, url, tmp_path, [c.request_id for c in calls if c.request_id])
+    assert all(i.status == "done" for i in items) and len(items) == 60
+    assert len(calls) == upstream_posts > 12  # 12 packs; the faults really happened
+    assert sum((i.output or {})["usage"]["attempts"] for i in items) == upstream_posts
+    assert (job.usage or {})["http_attempts"] == upstream_posts
+    assert all(c.pack_items and len(c.pack_items) == 5 for c in calls)
+    assert resolved == len([c for c in calls if c.request_id])

@@ -7,6 +7,8 @@ simulator over HTTP) to a receiver in the test: a tiny HTTP server on 127.0.0.1.
   Redelivering from the job page sends it once more, same id. The secret is in no log and no `pg_dump`.
 - Without FACTGATE_WEBHOOK_ALLOW_PRIVATE a loopback target is refused: nothing is sent, and the refusal is
   recorded on the delivery.
+- Receivers that never answer hold the webhook senders, never the worker's task threads: another tenant's
+  job runs to its end on a worker of one thread meanwhile.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -110,7 +113,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 @contextmanager
-def stack_with(tmp: Path, **worker_env: str) -> Iterator[Stack]:
+def stack_with(tmp: Path, concurrency: int = 4, **worker_env: str) -> Iterator[Stack]:
     """A stack (fresh database, the simulator, a worker whose sweeper runs every second)."""
     tmp.mkdir(parents=True, exist_ok=True)
     with (
@@ -121,14 +124,16 @@ def stack_with(tmp: Path, **worker_env: str) -> Iterator[Stack]:
             engine,
             sim.base_url,
             tmp,
-            FACTGATE_ENCRYPTION_KEYS=ENCRYPTION_KEY,
-            FACTGATE_WEBHOOK_RETRY_BASE_S="1",
-            FACTGATE_WEBHOOK_CONNECT_TIMEOUT_S="2",
-            FACTGATE_WEBHOOK_TIMEOUT_S="5",
-            **worker_env,
+            **{
+                "FACTGATE_ENCRYPTION_KEYS": ENCRYPTION_KEY,
+                "FACTGATE_WEBHOOK_RETRY_BASE_S": "1",
+                "FACTGATE_WEBHOOK_CONNECT_TIMEOUT_S": "2",
+                "FACTGATE_WEBHOOK_TIMEOUT_S": "5",
+                **worker_env,
+            },
         ) as st,
     ):
-        st.start_worker(concurrency=4)
+        st.start_worker(concurrency=concurrency)
         yield st
 
 
@@ -286,3 +291,57 @@ def test_a_private_target_is_refused_and_the_refusal_recorded(tmp_path: Path, re
         time.sleep(2.0)  # a couple of sweeps later: still nothing sent, nothing retried
         assert receiver.received() == []
         assert delivery_of(st, job_id)[0].attempts == 1
+
+
+@pytest.fixture
+def silent_receiver() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A receiver that accepts connections and never answers; yields its port and the open connections."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, name="silent-receiver", daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], held
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_another_tenants_items_run_while_webhook_receivers_hang(
+    tmp_path: Path, silent_receiver: tuple[int, list[socket.socket]]
+) -> None:
+    port, held = silent_receiver
+    with stack_with(
+        tmp_path / "stack",
+        concurrency=1,  # one task thread: a webhook that took it would stop every item
+        FACTGATE_WEBHOOK_ALLOW_PRIVATE="1",
+        FACTGATE_WEBHOOK_TIMEOUT_S="600",  # the receivers hang for the whole test
+    ) as st:
+        hooked = [
+            st.submit_claims(ROWS[:1], {"mode": "ungrounded", "webhook_url": f"http://127.0.0.1:{port}/h{n}"},
+                             tenant="hangs")
+            for n in range(2)
+        ]  # fmt: skip
+        for job_id in hooked:
+            assert st.wait_job(job_id, timeout=120).status == "completed"
+        wait_for(lambda: len(held) >= 1, "a sender connected to the silent receiver")
+
+        other = st.submit_claims(ROWS, {"mode": "ungrounded"}, tenant="bystander")
+        assert st.wait_job(other, timeout=90).status == "completed"
+        for job_id in hooked:  # still being tried: nothing came back yet
+            delivery, attempts = delivery_of(st, job_id)
+            assert delivery.status == "pending" and attempts == []

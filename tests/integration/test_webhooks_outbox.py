@@ -351,3 +351,14 @@ def test_webhook_url_option_is_validated_at_intake(web: WebEnv, caller: Caller) 
     assert ok.status_code == 202 and ok.get_json()["options"]["webhook_url"] == HOOK
     with web.sessions() as session:
         assert session.scalar(select(Tenant.webhook_url).where(Tenant.id == caller.tenant_id)) is None
+
+
+def test_a_webhook_host_with_no_ascii_form_is_a_400_naming_the_field(web: WebEnv, caller: Caller) -> None:
+    body = {"kind": "claims", "options": {"webhook_url": "http://\u2603.example:9208/hook"}, "items": ROWS}
+    resp = web.client.post("/v1/jobs", json=body, headers=caller.headers)
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    text = json.dumps(resp.get_json())
+    assert "webhook_url" in text and "internationalized name" in text
+    # An internationalized name that has one is accepted as given (sent to in its xn-- form).
+    accepted = {**body, "options": {"webhook_url": "http://b\u00fccher.example:9208/hook"}}
+    assert web.client.post("/v1/jobs", json=accepted, headers=caller.headers).status_code == 202

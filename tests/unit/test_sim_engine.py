@@ -185,7 +185,7 @@ def test_judge_answers_every_question_type_in_api_shapes() -> None:
         },
         "rate": {"type": "score", "instructions": "How well supported?", "criteria": ["low", "mid", "high"]},
     }
-    answers = _judge().answer(state, questions, key="k")
+    answers = _judge().answer(state, questions, model="m")
     assert answers["truth"]["type"] == "noul" and 0.0 <= answers["truth"]["noul"] <= 1.0
     pick = answers["pick"]
     assert pick["type"] == "choice" and pick["choice"] in {"a", "b", "c"}
@@ -221,7 +221,7 @@ question_shapes = st.fixed_dictionaries(
 )
 @settings(max_examples=150, deadline=None)
 def test_judge_never_crashes_and_keeps_probabilities_valid(state: object, questions: dict) -> None:
-    answers = _judge().answer(state, questions, evidence=["Some evidence sentence about things."], key="x")
+    answers = _judge().answer(state, questions, evidence=["Some evidence sentence about things."], model="x")
     assert set(answers) == set(questions)
     for answer in answers.values():
         if answer["type"] == "noul":

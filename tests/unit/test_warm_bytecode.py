@@ -51,5 +51,17 @@ def test_a_changed_source_is_not_served_from_the_old_file(tmp_path: Path) -> Non
 
 def test_the_packages_are_the_ones_the_build_lists() -> None:
     assert _script().packages() == sorted(
-        ["checks", "cli", "clients", "config", "jobs", "migrations", "models", "simulator", "web", "workers"]
+        [
+            "checks",
+            "cli",
+            "clients",
+            "config",
+            "factgate",
+            "jobs",
+            "migrations",
+            "models",
+            "simulator",
+            "web",
+            "workers",
+        ]
     )

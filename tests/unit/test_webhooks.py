@@ -98,6 +98,8 @@ def test_webhook_urls_accepted_at_intake(url: str) -> None:
         ("https://example.com/#frag", "fragment"),
         ("https://example.com/" + "a" * MAX_URL_CHARS, "at most"),
         ("", "http or https"),
+        ("http://\u2603\u2603.example/hook", "internationalized name"),
+        ("http://" + "\u00fc" * 70 + ".example/hook", "internationalized name"),
     ],
 )
 def test_webhook_urls_refused_at_intake(url: str, why: str) -> None:
@@ -117,6 +119,41 @@ def test_webhook_url_is_an_option_of_every_kind_and_named_only_when_given() -> N
     with pytest.raises(OptionsError) as err:
         parse_claims_options({"webhook_url": 42})
     assert err.value.field == "webhook_url"
+    with pytest.raises(OptionsError) as err:
+        parse_claims_options({"webhook_url": "http://\u2603.example:9208/hook"})
+    assert err.value.field == "webhook_url" and "internationalized name" in str(err.value)
+
+
+def test_an_internationalized_host_is_accepted_and_goes_out_in_its_idna_form() -> None:
+    url = "http://b\u00fccher.example:9208/hook"
+    assert validate_webhook_url(url) == url  # stored as given
+
+    def resolver(host: str, port: int, **_: Any) -> list[Any]:
+        assert host == "xn--bcher-kva.example"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port))]
+
+    target = prepare(url, allow_private=False, resolver=resolver)
+    assert target.host_header == "xn--bcher-kva.example:9208"
+    assert prepare("https://b\u00fccher.example/x", allow_private=False, resolver=resolver).sni_hostname == (
+        "xn--bcher-kva.example"
+    )
+    with pytest.raises(WebhookRefusedError, match="internationalized name"):
+        prepare("http://\u2603.example/", allow_private=False, resolver=resolver)
+
+
+def test_any_exception_while_sending_is_a_failed_attempt_not_an_exception() -> None:
+    def resolver(host: str, port: int, **_: Any) -> list[Any]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port))]
+
+    def explode(request: httpx.Request) -> httpx.Response:
+        raise UnicodeEncodeError("ascii", "\u00fc", 0, 1, "ordinal not in range(128)")
+
+    result = send(
+        "http://hooks.example/x", b"{}", {}, allow_private=False, connect_timeout_s=1, timeout_s=2,
+        resolver=resolver, transport=httpx.MockTransport(explode),
+    )  # fmt: skip
+    assert result.status_code is None and not result.permanent
+    assert result.error is not None and result.error.startswith("UnicodeEncodeError sending to 93.184.215.14")
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@
     setText("cost", data.text.cost);
     setText("elapsed", data.text.elapsed);
     setText("schedule", data.text.schedule || "");
+    setText("counts-as-of", data.text.counts_as_of || "");
     var counts = data.counts || {};
     Object.keys(counts).forEach(function (key) {
       setText("count-" + key, String(counts[key]));

@@ -9,13 +9,13 @@ item's job kind (`ClaimedItem.kind`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from checks.recipes import kind_names
 from checks.registry import Registry
 from jobs.kinds import KINDS as JOB_KINDS
 from jobs.records import ClaimedItem
-from workers.steps import Handler
+from workers.steps import Handler, PackHandler
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class WorkerKind:
 
     name: str
     handlers: Mapping[str, Handler]
+    # Stages whose items can be answered several to a request (docs/spec.md §9), with the handler of a pack.
+    packs: Mapping[str, PackHandler] = field(default_factory=dict)
 
 
 KINDS: Registry[WorkerKind] = Registry("workers", "workers.kinds")
@@ -41,6 +43,16 @@ def handler_for(item: ClaimedItem) -> Handler | None:
     for part in owners:
         if part.name == item.kind:
             return part.handlers[item.stage]
+    return None
+
+
+def pack_handler_for(item: ClaimedItem) -> PackHandler | None:
+    """The handler of a pack headed by `item`, or None when its stage is never packed."""
+    owners = [part for _, part in KINDS.items() if item.stage in part.packs]
+    kind = str(item.input.get("kind") or "")
+    for part in owners:
+        if len(owners) == 1 or part.name == kind:
+            return part.packs[item.stage]
     return None
 
 

@@ -7,6 +7,7 @@ and labelling (at the job's cutoffs, replayable) happen in jobs/citations.py fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from checks import answers as gate
@@ -15,12 +16,13 @@ from checks.answer_requests import CHECKABLE_QUESTION, contradicts_question, sup
 from checks.citation_contracts import CitationEntry, SentencePlan, SentenceScore
 from checks.citation_markers import cited_sentences
 from checks.citation_passages import decisions_request
+from checks.packing import pack_sentences, split_count
 from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.answers import handle_investigation
 from workers.context import WorkerContext
 from workers.kinds import WorkerKind, register
-from workers.outcomes import Done, Failed, Outcome
+from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
 from workers.steps import Calls, StepError, call_facts, model_of
 
 
@@ -67,6 +69,43 @@ def handle_sentence(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outc
     return Done(score.dump(), calls.rows)
 
 
+def handle_sentence_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: Calls) -> PackOutcome:
+    """One Decisions request for several sentences of one answer (docs/spec.md §9.1): each sentence's
+    probabilities stored on its own item, keyed as its own unpacked request keys them."""
+    plans = [SentencePlan.read(i.input) for i in items]
+    model = model_of(items[0])
+    try:
+        packed = pack_sentences(plans, model)
+    except ValueError as exc:
+        return Failed(f"cannot score these sentences: {exc}")
+    try:
+        decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
+    except StepError as exc:
+        outcome = calls.failed(exc)
+        assert isinstance(outcome, Failed | Transient)
+        return outcome
+    answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
+    facts = call_facts(decision.record)
+    tokens_in = split_count(decision.input_tokens, len(items))
+    tokens_out = split_count(decision.output_tokens, len(items))
+    members: list[Member] = []
+    for i, got in enumerate(packed.answers_of(answers)):
+        if got is None:
+            members.append(AskAlone("the packed answer left out some of this sentence's questions"))
+            continue
+        score = SentenceScore(
+            checkable=got.checkable,
+            supports=got.supports,
+            contradicts=got.contradicts,
+            input_tokens=tokens_in[i],
+            output_tokens=tokens_out[i],
+            model=decision.model,
+            **facts,
+        )
+        members.append(Done(score.dump()))
+    return PackAnswered(members, calls.rows)
+
+
 def handle_rewrite(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """The answer kind's investigation of one flagged sentence, its rewrite labelled at the job's cutoffs."""
     options = item.options
@@ -79,6 +118,13 @@ def handle_rewrite(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outco
 KIND = register(
     WorkerKind(
         "citations",
-        {"answer": handle_answer, "cited_sentence": handle_sentence, "rewrite": handle_rewrite},
+        {
+            "answer": handle_answer,
+            "cited_sentence": handle_sentence,
+            "rewrite": handle_rewrite,
+            # the packing audit asks a packed sentence again in the unpacked shape
+            "audit_sentence": handle_sentence,
+        },
+        packs={"cited_sentence": handle_sentence_pack},
     )
 )

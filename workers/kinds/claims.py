@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.claims import handle_claim
+from workers.claims import handle_claim, handle_claim_pack
 from workers.kinds import WorkerKind, register
 
-KIND = register(WorkerKind("claims", {"claim": handle_claim}))
+KIND = register(WorkerKind("claims", {"claim": handle_claim}, packs={"claim": handle_claim_pack}))

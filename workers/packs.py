@@ -1,0 +1,145 @@
+"""Run a pack: the head's claim takes its pending members, one request answers them all, each is settled
+as the item it is (jobs/packs.py has the state changes, docs/spec.md §9 the request).
+
+Thin, like the item path in workers/tasks.py: the same prologue (the tenant's client, the budget check),
+the kind's pack handler, one transaction to store every member's outcome, riding out a short database
+outage the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from jobs.keyring import KeyringError
+from jobs.packs import MemberResult, claim_members, settle_pack
+from jobs.records import CallRow, ClaimedItem
+from models import session_scope, utcnow
+from workers.context import WorkerContext
+from workers.faults import describe as describe_fault
+from workers.faults import is_infrastructure_fault
+from workers.kinds import pack_handler_for
+from workers.outcomes import AskAlone, Done, Failed, PackAnswered, PackOutcome, Skipped, Transient
+from workers.steps import Calls, budget_skip
+
+log = logging.getLogger("factgate.workers")
+
+INFRA_RETRY_S = 5.0
+SETTLE_PATIENCE_S = 30.0
+
+
+def packs_of(item: ClaimedItem) -> bool:
+    """Whether `item` may head a pack: its job packs (`pack_size` above 1) and its stage packs."""
+    return int(item.options.get("pack_size") or 1) > 1 and pack_handler_for(item) is not None
+
+
+def take_members(ctx: WorkerContext, head: ClaimedItem) -> list[ClaimedItem]:
+    """Claim the head's pending members for this worker (none: the head runs as a single item)."""
+    settings = ctx.settings
+    with session_scope(ctx.sessions) as session:
+        return claim_members(session, head, settings.lease_s, settings.max_item_attempts)
+
+
+def execute_pack(ctx: WorkerContext, items: Sequence[ClaimedItem]) -> PackOutcome:
+    """The pack handler behind the prologue every item has; never raises (see workers/tasks.py:execute)."""
+    head = items[0]
+    handler = pack_handler_for(head)
+    if handler is None:
+        return Failed(f"no pack handler for item stage {head.stage!r}")
+    calls = Calls(ctx, head, ctx.client)
+    try:
+        try:
+            calls.client, calls.own_key = ctx.client_for(head.tenant_id)
+        except KeyringError as exc:
+            return Failed(f"the tenant's own upstream key cannot be used: {exc}")
+        skipped = budget_skip(ctx, head)
+        if skipped is not None:
+            return skipped
+        return handler(ctx, items, calls)
+    except Exception as exc:
+        if is_infrastructure_fault(exc):
+            log.warning("pack of item %s: infrastructure fault, try given back", head.id, exc_info=True)
+            return Transient(describe_fault(exc), list(calls.rows), retry_in_s=INFRA_RETRY_S)
+        log.exception("pack of item %s of job %s crashed", head.id, head.job_id)
+        return Failed(
+            f"internal error ({type(exc).__name__}); the details are in the worker log", list(calls.rows)
+        )
+
+
+def member_results(
+    items: Sequence[ClaimedItem], outcome: PackOutcome, backoff: Callable[[int], float]
+) -> list[MemberResult]:
+    """What the outcome means for each item of the pack."""
+    if isinstance(outcome, PackAnswered):
+        results: list[MemberResult] = []
+        for item, member in zip(items, outcome.members, strict=True):
+            if isinstance(member, Done):
+                results.append(MemberResult(item, "done", member.output))
+            elif isinstance(member, Failed):
+                results.append(MemberResult(item, "failed", member.output, member.error))
+            else:
+                assert isinstance(member, AskAlone)
+                results.append(MemberResult(item, "alone", error=member.error, retry_at=utcnow()))
+        return results
+    if isinstance(outcome, Failed):
+        return [MemberResult(item, "failed", outcome.output, outcome.error) for item in items]
+    if isinstance(outcome, Skipped):
+        return [MemberResult(item, "skipped", error=outcome.reason) for item in items]
+    wait = outcome.retry_in_s if outcome.retry_in_s is not None else backoff(items[0].token)
+    retry_at = utcnow() + timedelta(seconds=wait)
+    return [MemberResult(item, "released", error=outcome.error, retry_at=retry_at) for item in items]
+
+
+def _settle(
+    ctx: WorkerContext, items: Sequence[ClaimedItem], outcome: PackOutcome, results: list[MemberResult]
+) -> None:
+    calls: list[CallRow] = outcome.calls if not isinstance(outcome, Skipped) else []
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception(is_infrastructure_fault),
+            wait=wait_exponential(multiplier=0.25, max=5.0),
+            stop=stop_after_delay(SETTLE_PATIENCE_S),
+            reraise=True,
+        ):
+            with attempt, session_scope(ctx.sessions) as session:
+                _store(session, items[0], results, calls)
+    except Exception as exc:
+        if is_infrastructure_fault(exc):
+            log.error(
+                "pack of item %s: could not store its outcome; its leases expire and it runs again",
+                items[0].id,
+            )
+            return
+        log.exception("pack of item %s: the database refused its outcome; failing its items", items[0].id)
+        error = f"the result could not be stored ({type(exc).__name__}); the details are in the worker log"
+        failed = [MemberResult(r.item, "failed", error=error) for r in results]
+        try:
+            with session_scope(ctx.sessions) as session:
+                _store(session, items[0], failed, calls)
+        except Exception:
+            log.exception(
+                "pack of item %s: could not record the failure either; its leases expire", items[0].id
+            )
+
+
+def _store(
+    session: Session, head: ClaimedItem, results: list[MemberResult], calls: Sequence[CallRow]
+) -> None:
+    settle_pack(session, head, results, calls)
+
+
+def run_pack(
+    ctx: WorkerContext, head: ClaimedItem, members: Sequence[ClaimedItem], backoff: Callable[[int], float]
+) -> None:
+    """Hold every item's lease while the pack's request runs, then store each item's outcome."""
+    items = [head, *members]
+    with ExitStack() as stack:
+        for item in items:
+            stack.enter_context(ctx.leases.hold(item.id, item.token))
+        outcome = execute_pack(ctx, items)
+        _settle(ctx, items, outcome, member_results(items, outcome, backoff))
