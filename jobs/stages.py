@@ -55,8 +55,9 @@ def _machine(kind: str) -> StageMachine | None:
 
 
 def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
-    """One entry item per row; custom_id is the caller's id. The kind rides along in the input because
-    several kinds share the `question` stage (workers/kinds/ picks the handler by it)."""
+    """One entry item per row; custom_id is the caller's id. The input names the kind as well as the
+    question (`QuestionInput`, as jobs/bulk_load.py writes it too); workers find the handler of the shared
+    `question` stage by the job's kind (`ClaimedItem.kind`)."""
     recipe = recipe_for(kind)
     if not recipe.staged:
         raise ValueError(f"{kind!r} is not a question kind (it has one stage)")
