@@ -23,7 +23,8 @@ from celery import bootsteps, signals
 from jobs.scheduling import forget_dispatches
 from models import session_scope
 from workers.context import get_context
-from workers.dispatcher import CONSUME_HOLD_S, Dispatcher, keeps_consuming
+from workers.dispatcher import Dispatcher
+from workers.fitness import CONSUME_HOLD_S, keeps_consuming
 
 log = logging.getLogger("factgate.workers")
 
@@ -144,7 +145,7 @@ CONSUME_CHECK_S = 1.0
 
 class ConsumeWhileFitStep(bootsteps.StartStopStep):
     """Stop taking task messages while this host is slow beside another live one, and take them again
-    when the rule says so (`workers.dispatcher.keeps_consuming`; the figures are the dispatcher's fitness
+    when the rule says so (`workers.fitness.keeps_consuming`; the figures are the dispatcher's fitness
     beats). The check runs every CONSUME_CHECK_S on the consumer's own timer, in the consumer's thread, so
     cancelling and adding the queue never races the consumer's loop; what this host already holds runs to
     its end."""

@@ -47,7 +47,7 @@ HOST_BEAT_S = 0.5
 HOST_SILENT_S = 2.0
 # A host silent this long, whose leases have also not been renewed for a renewal interval and
 # REDRIVE_GRACE_S, is taken for dead: its running items are re-driven before their lease runs out
-# (workers/dispatcher.py:_redrive_dead). Longer than the pauses and cuts a host is expected to come back
+# (workers/hosts.py:HostWatch._redrive_dead). Longer than the pauses and cuts a host is expected to come back
 # from (the drill's: 15 s and 20 s): a host that does come back after this finds its items taken, and
 # the call it had in the air is made twice — the trade the lease makes, at a bound shorter than it.
 HOST_DEAD_S = 30.0

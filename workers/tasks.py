@@ -58,7 +58,7 @@ from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from jobs.webhooks import created_in
 from models import session_scope, utcnow
 from workers.context import WorkerContext, get_context
-from workers.dispatcher import refuse_stale_dispatch
+from workers.leadership import refuse_stale_dispatch
 from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault, service_of
 from workers.kinds import handler_for
@@ -436,7 +436,7 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     """Run one item. Never raises into the chord: every failure is recorded on the item.
 
     `epoch` is the term of the dispatcher that sent it; a message of an older term (a leader that lost its
-    lock) is refused before anything is claimed (workers/dispatcher.py:refuse_stale_dispatch).
+    lock) is refused before anything is claimed (workers/leadership.py:refuse_stale_dispatch).
 
     `window` is not used: messages sent before the leader closed windows itself (workers/dispatcher.py,
     `_OpenWindow`) carried their window's Redis counter there; such a window is now closed by the job's
