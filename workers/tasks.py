@@ -58,10 +58,10 @@ from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from jobs.webhooks import created_in
 from models import session_scope, utcnow
 from workers.context import WorkerContext, get_context
-from workers.leadership import refuse_stale_dispatch
 from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault, service_of
 from workers.kinds import handler_for
+from workers.leadership import refuse_stale_dispatch
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.steps import Calls, budget_skip
 from workers.webhooks import send_if_due, send_soon
