@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.items import extend_leases
 from models import session_scope
+from workers.lua import lua
 
 log = logging.getLogger("factgate.workers")
 
@@ -55,27 +56,10 @@ REDRIVE_GRACE_S = 5.0
 
 # Record this process's items, stamped with Redis time; the record outlives the beat (a silent host's items
 # must stay known) for as long as a lease can.
-_HOST_BEAT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return now
-"""
+_HOST_BEAT = lua("leases_host_beat")
 # The hosts silent for more than ARGV[1] ms and their records; hosts silent for more than ARGV[2] ms are
 # forgotten (their leases have run out: the sweeper has their items).
-_SILENT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
-local out = {}
-for _, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('GET', ARGV[3] .. id) or '[]'
-end
-return out
-"""
+_SILENT = lua("leases_silent")
 
 
 def process_id() -> str:
@@ -102,16 +86,7 @@ def silent_hosts(rds: redis_lib.Redis, silent_s: float, forget_s: float) -> dict
 
 
 # The items of every host that beat within the last ARGV[1] ms.
-_BEATING = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
-local out = {}
-for _, id in ipairs(ids) do
-  out[#out + 1] = redis.call('GET', ARGV[2] .. id) or '[]'
-end
-return out
-"""
+_BEATING = lua("leases_beating")
 
 
 def beating_items(rds: redis_lib.Redis, within_s: float) -> set[int]:
