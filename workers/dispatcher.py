@@ -9,15 +9,10 @@ out as small windows of `run_item` tasks whose body (`after_window`) moves the j
 finalizes it when done (workers/publishing.py, workers/windows.py).
 
 This module is the loop and one round of it (`Dispatcher.tick`); its parts are services of their own,
-each with its config and a typed result of a run:
-- workers/leadership.py: the lock and the fenced terms (one leader at a time; a stale leader's messages are
-  refused);
-- workers/fitness.py: each host's fitness figure, and when an unfit leader steps aside;
-- workers/hosts.py: silent, slow and dead hosts, whose items take no slot or are re-driven;
-- workers/holds.py: budget holds (a held tenant's work waits);
-- workers/allocation.py: in-flight targets, scopes and fair rounds;
-- workers/windows.py and workers/publishing.py: the windows sent and closed, and the messages themselves;
-- workers/schedules.py: what status pages show of each job's schedule.
+each with its config and a typed result of a run: leadership.py (the lock and the fenced terms),
+fitness.py (each host's figure; when an unfit leader steps aside), hosts.py (silent, slow and dead hosts),
+holds.py (budget holds), allocation.py (in-flight targets, scopes, fair rounds), windows.py and
+publishing.py (the windows sent and closed; the messages), schedules.py (what status pages show).
 
 A tick re-checks leadership before it marks and before it sends, and undoes its marks when the lock may
 have lapsed meanwhile. Redis stays a hint: an epoch key that vanishes (Redis flushed or restarted empty)
@@ -85,7 +80,7 @@ from workers.publishing import Publisher, PublishingConfig, Send
 from workers.schedules import ScheduleConfig, ScheduleRun, Schedules
 from workers.windows import OpenWindow, WindowBook
 
-# The names other modules and tests import from here, wherever they now live.
+# Re-exported: what other modules and tests import from here.
 __all__ = [
     "CONSUME_HOLD_S",
     "DEFAULT_LATENCY_S",
