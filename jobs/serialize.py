@@ -224,11 +224,14 @@ def jobs_usage(session: Session, jobs: Sequence[Job]) -> dict[uuid.UUID, dict[st
 def job_objects(
     session: Session, jobs: Sequence[Job], *, retention: Retention | None = None
 ) -> list[dict[str, Any]]:
-    """The JSON status of many jobs (a list): the same objects as `job_object`, in a fixed number of queries
+    """The JSON status of many jobs (a list): the same objects as `job_model`'s, in a fixed number of queries
     whatever the number of jobs (stored figures for ended jobs, grouped queries for live ones)."""
     counts = jobs_counts(session, jobs)
     usage = jobs_usage(session, jobs)
-    return [job_object(session, j, counts=counts[j.id], usage=usage[j.id], retention=retention) for j in jobs]
+    return [
+        job_model(session, j, counts=counts[j.id], usage=usage[j.id], retention=retention).as_json()
+        for j in jobs
+    ]
 
 
 def retention_days(session: Session, job: Job, retention: Retention | None = None) -> int:
@@ -281,18 +284,6 @@ def job_model(
     return model
 
 
-def job_object(
-    session: Session,
-    job: Job,
-    *,
-    counts: RequestCounts | None = None,
-    usage: dict[str, Any] | None = None,
-    retention: Retention | None = None,
-) -> dict[str, Any]:
-    """The JSON status of one job (`JobObject`; the `Job` schema in web/openapi.py)."""
-    return job_model(session, job, counts=counts, usage=usage, retention=retention).as_json()
-
-
 def job_json(session: Session, job: Job) -> str:
     """The job object as the exact text a webhook sends (compact, UTF-8 kept as is)."""
-    return json.dumps(job_object(session, job), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(job_model(session, job).as_json(), ensure_ascii=False, separators=(",", ":"))

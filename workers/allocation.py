@@ -20,6 +20,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import pydantic
+from pydantic import NonNegativeFloat, PositiveInt
+
 from checks.fairness import Backlog, FairState, allocate
 from config.settings import Settings
 from jobs import scheduling
@@ -54,26 +57,15 @@ def target_in_flight(rate_per_s: float, latency_s: float, max_in_flight: int) ->
     return max(MIN_IN_FLIGHT, min(max_in_flight, need))
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class AllocationConfig:
     """The in-flight bound of every scope, the window (chord) size, and how often the observed latency is
     read and an empty scope looked at again."""
 
-    max_in_flight: int = 64
-    window: int = 50
-    latency_refresh_s: float = LATENCY_REFRESH_S
-    quiet_recheck_s: float = QUIET_RECHECK_S
-
-    def __post_init__(self) -> None:
-        if self.max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be at least 1, not {self.max_in_flight}")
-        if self.window < 1:
-            raise ValueError(f"window must be at least 1, not {self.window}")
-        if self.latency_refresh_s < 0 or self.quiet_recheck_s < 0:
-            raise ValueError(
-                f"latency_refresh_s and quiet_recheck_s must be 0 or more, not {self.latency_refresh_s} and "
-                f"{self.quiet_recheck_s}"
-            )
+    max_in_flight: PositiveInt = 64
+    window: PositiveInt = 50
+    latency_refresh_s: NonNegativeFloat = LATENCY_REFRESH_S
+    quiet_recheck_s: NonNegativeFloat = QUIET_RECHECK_S
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AllocationConfig:

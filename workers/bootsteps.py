@@ -114,7 +114,14 @@ def _give_back_waiting(sender: Any = None, **_: Any) -> None:
         log.info("gave back %d items received but not started", given)
 
 
-class DispatcherStep(bootsteps.StartStopStep):
+class _StopsOnShutdown(bootsteps.StartStopStep):
+    """A step that stops the same way whether its blueprint stops it or shuts it down."""
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
+
+
+class DispatcherStep(_StopsOnShutdown):
     """Start the dispatcher loop with the worker and stop it on shutdown."""
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
@@ -136,14 +143,11 @@ class DispatcherStep(bootsteps.StartStopStep):
             self.dispatcher.stop()
             self.dispatcher = None
 
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
-
 
 CONSUME_CHECK_S = 1.0
 
 
-class ConsumeWhileFitStep(bootsteps.StartStopStep):
+class ConsumeWhileFitStep(_StopsOnShutdown):
     """Stop taking task messages while this host is slow beside another live one, and take them again
     when the rule says so (`workers.fitness.keeps_consuming`; the figures are the dispatcher's fitness
     beats). The check runs every CONSUME_CHECK_S on the consumer's own timer, in the consumer's thread, so
@@ -165,9 +169,6 @@ class ConsumeWhileFitStep(bootsteps.StartStopStep):
         if self.tref is not None:
             self.tref.cancel()
             self.tref = None
-
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
 
     def check(self, parent: Any, now: float | None = None) -> None:
         dispatcher = getattr(getattr(parent, "controller", None), "factgate_dispatcher", None)

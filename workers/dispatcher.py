@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 
 from celery import Celery
 
@@ -99,6 +100,7 @@ __all__ = [
     "TERM_KEY",
     "UNFIT_FOR_S",
     "Dispatcher",
+    "DispatcherConfig",
     "current_term",
     "keeps_consuming",
     "refuse_stale_dispatch",
@@ -112,11 +114,25 @@ log = logging.getLogger("factgate.workers")
 EPOCH_KEY = "factgate:dispatch:epoch"
 
 
+@dataclass(frozen=True)
+class DispatcherConfig:
+    """Each part's config (each validates its own figures). The allocation's comes from the settings
+    (FACTGATE_DISPATCH_MAX_IN_FLIGHT, FACTGATE_CHORD_SIZE) unless given."""
+
+    leadership: LeadershipConfig = field(default_factory=LeadershipConfig)
+    fitness: FitnessConfig = field(default_factory=FitnessConfig)
+    hosts: HostWatchConfig = field(default_factory=HostWatchConfig)
+    holds: HoldsConfig = field(default_factory=HoldsConfig)
+    allocation: AllocationConfig | None = None
+    publishing: PublishingConfig = field(default_factory=PublishingConfig)
+    schedules: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+
 class Dispatcher:
     """The leader-elected loop (`start`/`stop`), and `tick`, one round over every scope (tests call it).
 
     `send` replaces the sending of one window and `finalize` the request to finalize a job (tests record
-    them); the configs default to the settings' and the modules' constants."""
+    them)."""
 
     def __init__(
         self,
@@ -127,27 +143,22 @@ class Dispatcher:
         idle_interval_s: float = 0.1,
         send: Send | None = None,
         finalize: Callable[[uuid.UUID], None] | None = None,
-        leadership: LeadershipConfig | None = None,
-        fitness: FitnessConfig | None = None,
-        hosts: HostWatchConfig | None = None,
-        holds: HoldsConfig | None = None,
-        allocation: AllocationConfig | None = None,
-        publishing: PublishingConfig | None = None,
-        schedules: ScheduleConfig | None = None,
+        config: DispatcherConfig | None = None,
     ) -> None:
         self.ctx = ctx
         self.app = app
         settings = ctx.settings
         self.interval_s = interval_s if interval_s is not None else settings.dispatch_interval_s
         self.idle_interval_s = max(idle_interval_s, self.interval_s)
+        config = config or DispatcherConfig()
         token = f"{os.getpid()}:{secrets.token_hex(8)}"
-        self.leadership = Leadership(ctx.redis, token, leadership)
-        self.fitness = Fitness(ctx.redis, f"{ctx.leases.name} {token}", fitness)
-        self.hosts = HostWatch(ctx, hosts)
-        self.holds = BudgetHolds(ctx, holds)
-        self.allocation = Allocation(ctx, allocation or AllocationConfig.from_settings(settings))
-        self.publisher = Publisher(app, publishing)
-        self.schedules = Schedules(ctx, schedules)
+        self.leadership = Leadership(ctx.redis, token, config.leadership)
+        self.fitness = Fitness(ctx.redis, f"{ctx.leases.name} {token}", config.fitness)
+        self.hosts = HostWatch(ctx, config.hosts)
+        self.holds = BudgetHolds(ctx, config.holds)
+        self.allocation = Allocation(ctx, config.allocation or AllocationConfig.from_settings(settings))
+        self.publisher = Publisher(app, config.publishing)
+        self.schedules = Schedules(ctx, config.schedules)
         self.windows = WindowBook()
         self.send: Send = send or self._send_chord
         self.finalize = finalize or self.publisher.send_finalize
@@ -261,10 +272,6 @@ class Dispatcher:
             min(self.fitness.others_rtt_s.values(), default=0.0) * 1000,
         )
 
-    def slow_hosts(self) -> set[str]:
-        """Hosts whose fresh fitness figure is clearly worse than this leader's (workers/fitness.py)."""
-        return self.fitness.slow_hosts(self.ctx.leases.name)
-
     # --- allocation (tests fix the target) ---------------------------------------------------------
 
     def target(self, endpoint: str) -> int:
@@ -272,9 +279,6 @@ class Dispatcher:
 
     def batch_of(self, endpoint: str, target: int) -> int:
         return self.allocation.batch_of(endpoint, target)
-
-    def scope_of(self, job: LiveJob, endpoint: str) -> str:
-        return self.allocation.scope_of(job, endpoint)
 
     # --- one round --------------------------------------------------------------------------------
 
@@ -314,7 +318,7 @@ class Dispatcher:
             self._close_elsewhere()
             return False
         self.holds.refresh(jobs, now)
-        self.hosts.refresh(now, self.slow_hosts())
+        self.hosts.refresh(now, self.fitness.slow_hosts(self.ctx.leases.name))
         weights = {str(j.tenant_id): j.weight for j in jobs}
         by_scope = self.allocation.by_scope(jobs, self.holds.holds)
         for scope, (endpoint, scope_jobs) in by_scope.items():

@@ -25,8 +25,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
+import pydantic
 import redis as redis_lib
+from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from workers.lua import lua
 
@@ -105,29 +108,17 @@ def keeps_consuming(
     return paused_for_s >= hold_s and not slow
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class FitnessConfig:
     """How often a dispatcher beats its figure, how long a figure counts, over how long the fill is
     averaged, and how long a leader leads and stays unfit before it may step aside."""
 
-    beat_s: float = FITNESS_BEAT_S
-    fresh_s: float = FITNESS_FRESH_S
-    window_s: float = FITNESS_WINDOW_S
-    smoothing: float = RTT_SMOOTHING
-    min_tenure_s: float = MIN_TENURE_S
-    unfit_for_s: float = UNFIT_FOR_S
-
-    def __post_init__(self) -> None:
-        for name in ("beat_s", "fresh_s", "window_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be above 0, not {getattr(self, name)}")
-        if not 0 < self.smoothing <= 1:
-            raise ValueError(f"smoothing must be above 0 and at most 1, not {self.smoothing}")
-        if self.min_tenure_s < 0 or self.unfit_for_s < 0:
-            raise ValueError(
-                "min_tenure_s and unfit_for_s must be 0 or more, "
-                f"not {self.min_tenure_s} and {self.unfit_for_s}"
-            )
+    beat_s: PositiveFloat = FITNESS_BEAT_S
+    fresh_s: PositiveFloat = FITNESS_FRESH_S
+    window_s: PositiveFloat = FITNESS_WINDOW_S
+    smoothing: Annotated[float, Field(gt=0, le=1)] = RTT_SMOOTHING  # the newest probe's weight
+    min_tenure_s: NonNegativeFloat = MIN_TENURE_S
+    unfit_for_s: NonNegativeFloat = UNFIT_FOR_S
 
 
 @dataclass(frozen=True)

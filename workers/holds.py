@@ -11,6 +11,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pydantic
+from pydantic import NonNegativeFloat
+
 from jobs.quotas import Hold
 from jobs.quotas import holds as scheduling_holds
 from jobs.scheduling import LiveJob
@@ -20,15 +23,11 @@ from workers.context import WorkerContext
 HOLDS_REFRESH_S = 2.0  # how often budgeted tenants' spend is summed
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class HoldsConfig:
     """How often the budgeted tenants' spend is summed."""
 
-    refresh_s: float = HOLDS_REFRESH_S
-
-    def __post_init__(self) -> None:
-        if self.refresh_s < 0:
-            raise ValueError(f"refresh_s must be 0 or more, not {self.refresh_s}")
+    refresh_s: NonNegativeFloat = HOLDS_REFRESH_S
 
 
 @dataclass(frozen=True)

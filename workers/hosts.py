@@ -13,6 +13,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import pydantic
+from pydantic import NonNegativeFloat
+
 from jobs import scheduling
 from jobs.sweeper import redrive_abandoned
 from models import session_scope
@@ -32,19 +35,12 @@ HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/le
 DEAD_REFRESH_S = 2.0  # how often it looks for dead ones (their running items re-driven)
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class HostWatchConfig:
     """How often the leader reads the host registry for silent and for dead hosts (0: at every tick)."""
 
-    refresh_s: float = HOSTS_REFRESH_S
-    dead_refresh_s: float = DEAD_REFRESH_S
-
-    def __post_init__(self) -> None:
-        if self.refresh_s < 0 or self.dead_refresh_s < 0:
-            raise ValueError(
-                "refresh_s and dead_refresh_s must be 0 or more, "
-                f"not {self.refresh_s} and {self.dead_refresh_s}"
-            )
+    refresh_s: NonNegativeFloat = HOSTS_REFRESH_S
+    dead_refresh_s: NonNegativeFloat = DEAD_REFRESH_S
 
 
 @dataclass(frozen=True)

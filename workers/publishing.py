@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 from celery import Celery, chord
 from celery.backends.redis import RedisBackend
 
@@ -30,15 +30,11 @@ log = logging.getLogger("factgate.workers")
 Send = Callable[[uuid.UUID, list[Ready], Any], None]
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class PublishingConfig:
     """The queue `run_item` messages go to."""
 
-    queue: str = DEFAULT_QUEUE
-
-    def __post_init__(self) -> None:
-        if not self.queue:
-            raise ValueError("queue must be named")
+    queue: Annotated[str, pydantic.Field(min_length=1)] = DEFAULT_QUEUE
 
 
 class Publisher:

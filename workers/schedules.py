@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pydantic
+from pydantic import NonNegativeFloat, PositiveFloat
+
 from checks.fairness import shares, wait_bounds
 from jobs import scheduling
 from jobs.quotas import Hold
@@ -28,18 +31,12 @@ SCHEDULE_REFRESH_S = 2.0
 RATE_WINDOW_S = 20.0
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class ScheduleConfig:
     """How often the views are written, and over how long a job's dispatch rate is measured."""
 
-    refresh_s: float = SCHEDULE_REFRESH_S
-    rate_window_s: float = RATE_WINDOW_S
-
-    def __post_init__(self) -> None:
-        if self.refresh_s < 0:
-            raise ValueError(f"refresh_s must be 0 or more, not {self.refresh_s}")
-        if self.rate_window_s <= 0:
-            raise ValueError(f"rate_window_s must be above 0, not {self.rate_window_s}")
+    refresh_s: NonNegativeFloat = SCHEDULE_REFRESH_S
+    rate_window_s: PositiveFloat = RATE_WINDOW_S
 
 
 @dataclass(frozen=True)

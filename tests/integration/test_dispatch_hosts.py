@@ -29,7 +29,7 @@ from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers.app import make_celery
 from workers.context import build_context
-from workers.dispatcher import FITNESS_KEY, LEADER_KEY, Dispatcher, refuse_stale_dispatch
+from workers.dispatcher import FITNESS_KEY, LEADER_KEY, Dispatcher, DispatcherConfig, refuse_stale_dispatch
 from workers.fitness import FitnessConfig
 from workers.leases import HOST_DEAD_S, HOST_SILENT_S, HOSTS_KEY, REDRIVE_GRACE_S, LeaseKeeper
 
@@ -255,18 +255,18 @@ class _Slowed(Dispatcher):
 
 def _contenders(harness: Harness, url: str) -> tuple[Dispatcher, Dispatcher]:
     """The harness's leader, slowed, and a healthy second host; no tenure or unfit period to wait out."""
-    at_once = FitnessConfig(min_tenure_s=0.0, unfit_for_s=0.0)
+    at_once = DispatcherConfig(fitness=FitnessConfig(min_tenure_s=0.0, unfit_for_s=0.0))
     slow = _Slowed(
         harness.ctx,
         make_celery(Settings(database_url=url), with_tasks=False),
         send=harness._record,
-        fitness=at_once,
+        config=at_once,
     )
     fast = Dispatcher(
         harness.ctx,
         make_celery(Settings(database_url=url), with_tasks=False),
         send=harness._record,
-        fitness=at_once,
+        config=at_once,
     )
     harness.dispatcher.stop()
     harness.ctx.redis.delete(FITNESS_KEY)
