@@ -318,7 +318,7 @@ class Dispatcher:
             self._close_elsewhere()
             return False
         self.holds.refresh(jobs, now)
-        self.hosts.refresh(now, self.fitness.slow_hosts(self.ctx.leases.name))
+        self.hosts.refresh(now, lambda: self.fitness.slow_hosts(self.ctx.leases.name))
         weights = {str(j.tenant_id): j.weight for j in jobs}
         by_scope = self.allocation.by_scope(jobs, self.holds.holds)
         for scope, (endpoint, scope_jobs) in by_scope.items():

@@ -11,6 +11,7 @@ items no live host lists are re-driven now rather than when their lease runs out
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pydantic
@@ -69,9 +70,9 @@ class HostWatch:
         self.lost_at = 0.0  # monotonic: the last look for silent hosts
         self.dead_at = 0.0  # monotonic: the last look for dead ones
 
-    def refresh(self, now: float, slow: set[str]) -> HostsRun | None:
-        """Which hosts went silent, and the items they held; `slow`, the hosts the fitness figures call
-        slow. None when the last look is recent enough."""
+    def refresh(self, now: float, slow: Callable[[], set[str]]) -> HostsRun | None:
+        """Which hosts went silent, and the items they held; `slow` names the hosts the fitness figures
+        call slow. None when the last look is recent enough."""
         if now - self.lost_at < self.config.refresh_s:
             return None
         self.lost_at = now
@@ -93,7 +94,7 @@ class HostWatch:
             )
         self.lost_hosts = set(silent)
         self.lost = {i for items in silent.values() for i in items}
-        slow_items = self._slow(slow - set(silent))
+        slow_items = self._slow(slow() - set(silent))
         self.lost |= {i for items in slow_items.values() for i in items}
         redriven = self._redrive_dead(now, forget_s) if silent else 0
         return HostsRun(
