@@ -14,7 +14,7 @@ off, killed — kept their slots until their leases ran out, so one host left ra
 limit. So each process also beats, every HOST_BEAT_S, in Redis (`host_beat`): the items it holds and the
 items it received and has not started, stamped with Redis's own clock (TIME, never a host's wall clock). A
 host whose beat is older than HOST_SILENT_S is silent (`silent_hosts`): the dispatcher stops counting its
-running items against the scope and sends its not-started items again (workers/dispatcher.py). Nothing is
+running items against the scope and sends its not-started items again (workers/hosts.py). Nothing is
 taken from it: its running items stay its own, and the lease token still decides who writes, so an item is
 never sent twice because a host went quiet; if the host comes back, its items count again.
 """
@@ -43,7 +43,7 @@ HOSTS_KEY = "factgate:hosts"  # sorted set: process id -> its last beat, in ms o
 HOST_KEY = "factgate:host:{}"  # per process: JSON list of the item ids it holds or has received
 HOST_BEAT_S = 0.5
 # Silent after this long without a beat: four missed beats, longer than a garbage collection or a busy
-# moment of a loaded host, shorter than the leader lock's expiry (workers/dispatcher.py), so that by the
+# moment of a loaded host, shorter than the leader lock's expiry (workers/leadership.py), so that by the
 # time another host leads, the silent one's slots are already free.
 HOST_SILENT_S = 2.0
 # A host silent this long, whose leases have also not been renewed for a renewal interval and

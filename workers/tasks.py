@@ -419,8 +419,8 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     `epoch` is the term of the dispatcher that sent it; a message of an older term (a leader that lost its
     lock) is refused before anything is claimed (workers/leadership.py:refuse_stale_dispatch).
 
-    `window` is not used: messages sent before the leader closed windows itself (workers/dispatcher.py,
-    `_OpenWindow`) carried their window's Redis counter there; such a window is now closed by the job's
+    `window` is not used: messages sent before the leader closed windows itself (workers/windows.py,
+    `OpenWindow`) carried their window's Redis counter there; such a window is now closed by the job's
     finalize and the sweep, as a window of an earlier leader is.
 
     The item is claimed (or failed, when it has used every try), its lease is kept alive while the handler

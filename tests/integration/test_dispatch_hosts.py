@@ -1,4 +1,4 @@
-"""A host that goes silent gives its in-flight slots back (workers/leases.py, workers/dispatcher.py).
+"""A host that goes silent gives its in-flight slots back (workers/leases.py, workers/hosts.py).
 
 The dispatcher runs against real Postgres with its sends recorded (no worker); "hosts" are LeaseKeepers
 beating into the context's Redis store, and a host is made silent by moving its last beat back in time,
