@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from clients.backoff import UPSTREAM_BACKOFF, Backoff
+
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_WAIT_S = 30.0
 
@@ -76,9 +78,9 @@ class RetryPolicy:
     """Bounded retries with `Retry-After` first, then jittered exponential backoff."""
 
     max_retries: int = 3
-    base_delay_s: float = 1.0
+    base_delay_s: float = UPSTREAM_BACKOFF.base_s
     max_wait_s: float = MAX_WAIT_S
-    jitter: float = 0.25  # ± fraction of the backoff; 0 disables jitter
+    jitter: float = UPSTREAM_BACKOFF.jitter  # ± fraction of the backoff; 0 disables jitter
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -98,10 +100,9 @@ class RetryPolicy:
         return attempts_sent < self.max_attempts
 
     def backoff_s(self, retry_index: int, rand: float) -> float:
-        """Wait before retry number `retry_index` (0-based) without `Retry-After`: 1, 2, 4 … ± jitter."""
-        base = self.base_delay_s * (2.0**retry_index)
-        factor = 1.0 + self.jitter * (2.0 * rand - 1.0)
-        return self._cap(base * factor)
+        """Wait before retry number `retry_index` (0-based) without `Retry-After`: 1, 2, 4 … ± jitter
+        (clients/backoff.py:UPSTREAM_BACKOFF, from this policy's base and jitter)."""
+        return self._cap(Backoff(base_s=self.base_delay_s, jitter=self.jitter).wait_s(retry_index, rand))
 
     def wait_s(self, retry_index: int, retry_after: str | None, now: float, rand: float) -> float:
         """The wait before retry number `retry_index`: `Retry-After` when usable, else backoff."""

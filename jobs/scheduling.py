@@ -107,7 +107,7 @@ def in_flight_items(session: Executor, scope: str) -> list[tuple[int, bool]]:
     and whether each is running. At most the scope's in-flight bound, read through `ix_items_in_flight`.
 
     The dispatcher counts them (less the running items of hosts gone silent, which take no upstream slot)
-    and closes its windows whose items have all left (workers/dispatcher.py)."""
+    and closes its windows whose items have all left (workers/windows.py)."""
     conn = driver_of(session)
     if conn is not None:
         return [(int(i), bool(r)) for i, r in on_driver(conn, _IN_FLIGHT_SQL_PG, {"scope": scope})]

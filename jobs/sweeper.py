@@ -36,7 +36,7 @@ def redrive_abandoned(
 ) -> int:
     """Running items whose lease nobody has renewed for `unrenewed_s`, and that no host still beating in
     Redis lists (`held_elsewhere`), become pending and undispatched again before their lease runs out.
-    Called while some host has been silent for long (workers/dispatcher.py:_redrive_dead).
+    Called while some host has been silent for long (workers/hosts.py:HostWatch._redrive_dead).
 
     Why both conditions: Redis silence alone is no proof the host stopped — one cut off from Redis only
     still runs its items and renews their leases every third of a lease. A lease is renewed to now +

@@ -17,6 +17,7 @@ from checks.recipes import kind_names, recipe_for
 from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
+from jobs.serialize import job_schema
 from models import JOB_STATUSES
 from web.errors import ERROR_TYPES, RETRY_AFTER_S
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
@@ -195,113 +196,6 @@ SCHEMAS: dict[str, Any] = {
             "by_endpoint": {"type": "object", "additionalProperties": {"type": "object"}},
         },
     },
-    "Job": {
-        "type": "object",
-        "required": ["id", "object", "kind", "status", "request_counts", "timestamps", "simulated", "links"],
-        "properties": {
-            "id": {"type": "string", "format": "uuid"},
-            "object": {"const": "job"},
-            "kind": {"type": "string", "enum": []},
-            "status": {
-                "type": "string",
-                "enum": list(JOB_STATUSES),
-                "description": "`validating`: a large streamed submission was accepted (every row valid) and "
-                "its items are being built; `request_counts` already counts them, all pending, and the job "
-                "moves on to `queued` by itself. Then `queued`, `in_progress`, `finalizing`, and one of "
-                "`completed`, `cancelled`, `failed`; `cancelling` after a cancel.",
-            },
-            "options": {"type": "object", "description": "The validated options, defaults filled in."},
-            "metadata": _ref("Metadata"),
-            "warnings": {"type": "array", "items": {"type": "string"}},
-            "request_counts": _ref("RequestCounts"),
-            "request_counts_as_of": {
-                "type": ["string", "null"],
-                "format": "date-time",
-                "description": "Null when `request_counts` is exact. In a list, a running job's counts are "
-                "the scheduler's latest (refreshed every few seconds) rather than counted for the request; "
-                "this is when they were counted.",
-            },
-            "usage": _ref("Usage"),
-            "cost_usd": {"type": "number"},
-            "timestamps": {
-                "type": "object",
-                "description": "ISO 8601 (UTC) time the job entered each state; null if it has not.",
-                "properties": {
-                    f"{s}_at": {"type": ["string", "null"], "format": "date-time"}
-                    for s in (
-                        "created",
-                        "queued",
-                        "started",
-                        "finalizing",
-                        "completed",
-                        "cancelling",
-                        "cancelled",
-                        "failed",
-                    )
-                },
-            },
-            "simulated": {"type": "boolean", "description": "True when the bundled simulator answered."},
-            "simulated_note": {
-                "type": "string",
-                "description": "Only when simulated: results come from the bundled simulator.",
-            },
-            "priority": {"type": "string", "enum": ["interactive", "batch"]},
-            "schedule": {
-                "type": ["object", "null"],
-                "description": "While the job is queued or running, the scheduler's view, refreshed every "
-                "few seconds: `state` (waiting | running), `endpoint` (the scope its work waits in), `share` "
-                "(its fraction of that scope's rate limit), `rate_per_s`, `remaining` items, `eta_s`, "
-                "`estimated_completion_at`, `estimated_start_at` (before its first item is sent), "
-                "`counts` (its items by status when the view was written), `updated_at`. Null once the job "
-                "has ended.",
-                "properties": {
-                    "state": {"type": "string"},
-                    "endpoint": {"type": ["string", "null"]},
-                    "share": {"type": "number"},
-                    "rate_per_s": {"type": "number"},
-                    "remaining": {"type": "integer"},
-                    "eta_s": {"type": ["number", "null"]},
-                    "estimated_completion_at": {"type": ["string", "null"], "format": "date-time"},
-                    "estimated_start_at": {"type": ["string", "null"], "format": "date-time"},
-                    "counts": _ref("RequestCounts"),
-                    "updated_at": {"type": "string", "format": "date-time"},
-                },
-            },
-            "error": {"type": ["string", "null"]},
-            "summary": {
-                "type": ["object", "null"],
-                "description": "Report totals, written when the job ends. claims: the scorecard per mode, "
-                "the flips between modes and the calibration bins; "
-                "answer/quote: question outcomes and totals (sentences, investigations, replacements, "
-                "requests, tokens / quotes and no-answers).",
-            },
-            "expires_at": {
-                "type": ["string", "null"],
-                "format": "date-time",
-                "description": "When the job's results are purged under its tenant's retention "
-                "(FACTGATE_RETENTION_DAYS after it ended, or the tenant's own days); null while it is live. "
-                "Purged then: its items, their inputs and outputs (results, passages, reports), its errors "
-                "and its per-attempt call records (request-id lookups). Kept: this job object with its "
-                "counts, usage and summary, for as many days again, and the tenant's usage roll-up "
-                "(`/v1/usage`) for good.",
-            },
-            "purged_at": {
-                "type": ["string", "null"],
-                "format": "date-time",
-                "description": "When its results were purged (then results, errors and scorecard are 410 "
-                "`job_purged`); null before.",
-            },
-            "links": {
-                "type": "object",
-                "properties": {
-                    name: {"type": "string"}
-                    for name in ("self", "results", "errors", "scorecard", "cancel", "retry", "report")
-                },
-            },
-            "retried": {"type": "integer", "description": "Only on POST .../retry: items sent again."},
-            "message": {"type": "string", "description": "Only on POST .../retry when nothing failed."},
-        },
-    },
     "JobList": {
         "type": "object",
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Job")}},
@@ -465,6 +359,11 @@ SCHEMAS: dict[str, Any] = {
         },
     },
 }
+# The job object is generated from its model (jobs/serialize.py:JobObject), as the result lines are from
+# theirs; its nested objects with prose about limits (Metadata, RequestCounts, Usage) are the ones above.
+_JOB_SCHEMA, _JOB_DEFS = job_schema()
+SCHEMAS["Job"] = _JOB_SCHEMA
+SCHEMAS.update(_JOB_DEFS)
 
 NDJSON_QUERY_PARAMS = [
     {

@@ -24,7 +24,7 @@ from jobs.serialize import (
     TIMESTAMP_FIELDS,
     iso,
     job_links,
-    job_object,
+    job_model,
     job_objects,
     job_usage,
     jobs_usage,
@@ -57,7 +57,7 @@ __all__ = [
 
 def status_object(session: Session, job: Job) -> dict[str, Any]:
     """The JSON status of one job (see the `Job` schema in web/openapi.py)."""
-    return job_object(session, job, retention=Retention.of(settings()))
+    return job_model(session, job, retention=Retention.of(settings())).as_json()
 
 
 def status_objects(session: Session, jobs: Sequence[Job]) -> list[dict[str, Any]]:
@@ -130,6 +130,6 @@ def live_status_object(session: Session, sessions: sessionmaker[Session], job: J
     old); a job in any other state (validating, finalizing, ended) exactly as `status_object` builds it."""
     retention = Retention.of(settings())
     if job.status not in JobStatus.live() or job.status == JobStatus.VALIDATING:
-        return job_object(session, job, retention=retention)
+        return job_model(session, job, retention=retention).as_json()
     counts, usage = LIVE_FIGURES.get(session, sessions, job)
-    return job_object(session, job, counts=counts, usage=usage, retention=retention)
+    return job_model(session, job, counts=counts, usage=usage, retention=retention).as_json()

@@ -23,7 +23,8 @@ from celery import bootsteps, signals
 from jobs.scheduling import forget_dispatches
 from models import session_scope
 from workers.context import get_context
-from workers.dispatcher import CONSUME_HOLD_S, Dispatcher, keeps_consuming
+from workers.dispatcher import Dispatcher
+from workers.fitness import CONSUME_HOLD_S, keeps_consuming
 from workers.webhooks import start_senders, stop_senders
 
 log = logging.getLogger("factgate.workers")
@@ -114,7 +115,14 @@ def _give_back_waiting(sender: Any = None, **_: Any) -> None:
         log.info("gave back %d items received but not started", given)
 
 
-class DispatcherStep(bootsteps.StartStopStep):
+class _StopsOnShutdown(bootsteps.StartStopStep):
+    """A step that stops the same way whether its blueprint stops it or shuts it down."""
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
+
+
+class DispatcherStep(_StopsOnShutdown):
     """Start the dispatcher loop with the worker and stop it on shutdown."""
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
@@ -136,11 +144,8 @@ class DispatcherStep(bootsteps.StartStopStep):
             self.dispatcher.stop()
             self.dispatcher = None
 
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
 
-
-class WebhookSendersStep(bootsteps.StartStopStep):
+class WebhookSendersStep(_StopsOnShutdown):
     """Start this process's webhook senders with the worker and stop them on shutdown: threads of their
     own, so a slow receiver never holds a thread of the task pool."""
 
@@ -150,16 +155,13 @@ class WebhookSendersStep(bootsteps.StartStopStep):
     def stop(self, parent: Any) -> None:
         stop_senders(parent.app)
 
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
-
 
 CONSUME_CHECK_S = 1.0
 
 
-class ConsumeWhileFitStep(bootsteps.StartStopStep):
+class ConsumeWhileFitStep(_StopsOnShutdown):
     """Stop taking task messages while this host is slow beside another live one, and take them again
-    when the rule says so (`workers.dispatcher.keeps_consuming`; the figures are the dispatcher's fitness
+    when the rule says so (`workers.fitness.keeps_consuming`; the figures are the dispatcher's fitness
     beats). The check runs every CONSUME_CHECK_S on the consumer's own timer, in the consumer's thread, so
     cancelling and adding the queue never races the consumer's loop; what this host already holds runs to
     its end."""
@@ -179,9 +181,6 @@ class ConsumeWhileFitStep(bootsteps.StartStopStep):
         if self.tref is not None:
             self.tref.cancel()
             self.tref = None
-
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)
 
     def check(self, parent: Any, now: float | None = None) -> None:
         dispatcher = getattr(getattr(parent, "controller", None), "factgate_dispatcher", None)

@@ -14,7 +14,7 @@ off, killed — kept their slots until their leases ran out, so one host left ra
 limit. So each process also beats, every HOST_BEAT_S, in Redis (`host_beat`): the items it holds and the
 items it received and has not started, stamped with Redis's own clock (TIME, never a host's wall clock). A
 host whose beat is older than HOST_SILENT_S is silent (`silent_hosts`): the dispatcher stops counting its
-running items against the scope and sends its not-started items again (workers/dispatcher.py). Nothing is
+running items against the scope and sends its not-started items again (workers/hosts.py). Nothing is
 taken from it: its running items stay its own, and the lease token still decides who writes, so an item is
 never sent twice because a host went quiet; if the host comes back, its items count again.
 """
@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.items import extend_leases
 from models import session_scope
+from workers.lua import lua
 
 log = logging.getLogger("factgate.workers")
 
@@ -42,12 +43,12 @@ HOSTS_KEY = "factgate:hosts"  # sorted set: process id -> its last beat, in ms o
 HOST_KEY = "factgate:host:{}"  # per process: JSON list of the item ids it holds or has received
 HOST_BEAT_S = 0.5
 # Silent after this long without a beat: four missed beats, longer than a garbage collection or a busy
-# moment of a loaded host, shorter than the leader lock's expiry (workers/dispatcher.py), so that by the
+# moment of a loaded host, shorter than the leader lock's expiry (workers/leadership.py), so that by the
 # time another host leads, the silent one's slots are already free.
 HOST_SILENT_S = 2.0
 # A host silent this long, whose leases have also not been renewed for a renewal interval and
 # REDRIVE_GRACE_S, is taken for dead: its running items are re-driven before their lease runs out
-# (workers/dispatcher.py:_redrive_dead). Longer than the pauses and cuts a host is expected to come back
+# (workers/hosts.py:HostWatch._redrive_dead). Longer than the pauses and cuts a host is expected to come back
 # from (the drill's: 15 s and 20 s): a host that does come back after this finds its items taken, and
 # the call it had in the air is made twice — the trade the lease makes, at a bound shorter than it.
 HOST_DEAD_S = 30.0
@@ -55,27 +56,10 @@ REDRIVE_GRACE_S = 5.0
 
 # Record this process's items, stamped with Redis time; the record outlives the beat (a silent host's items
 # must stay known) for as long as a lease can.
-_HOST_BEAT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return now
-"""
+_HOST_BEAT = lua("leases_host_beat")
 # The hosts silent for more than ARGV[1] ms and their records; hosts silent for more than ARGV[2] ms are
 # forgotten (their leases have run out: the sweeper has their items).
-_SILENT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
-local out = {}
-for _, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('GET', ARGV[3] .. id) or '[]'
-end
-return out
-"""
+_SILENT = lua("leases_silent")
 
 
 def process_id() -> str:
@@ -102,16 +86,7 @@ def silent_hosts(rds: redis_lib.Redis, silent_s: float, forget_s: float) -> dict
 
 
 # The items of every host that beat within the last ARGV[1] ms.
-_BEATING = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
-local out = {}
-for _, id in ipairs(ids) do
-  out[#out + 1] = redis.call('GET', ARGV[2] .. id) or '[]'
-end
-return out
-"""
+_BEATING = lua("leases_beating")
 
 
 def beating_items(rds: redis_lib.Redis, within_s: float) -> set[int]:

@@ -9,13 +9,13 @@ outage the same way.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from clients.backoff import ITEM_BACKOFF, SETTLE_BACKOFF, patiently
 from jobs.keyring import KeyringError
 from jobs.packs import MemberResult, claim_members, settle_pack
 from jobs.records import CallRow, ClaimedItem
@@ -71,9 +71,7 @@ def execute_pack(ctx: WorkerContext, items: Sequence[ClaimedItem]) -> PackOutcom
         )
 
 
-def member_results(
-    items: Sequence[ClaimedItem], outcome: PackOutcome, backoff: Callable[[int], float]
-) -> list[MemberResult]:
+def member_results(items: Sequence[ClaimedItem], outcome: PackOutcome) -> list[MemberResult]:
     """What the outcome means for each item of the pack."""
     if isinstance(outcome, PackAnswered):
         results: list[MemberResult] = []
@@ -90,7 +88,8 @@ def member_results(
         return [MemberResult(item, "failed", outcome.output, outcome.error) for item in items]
     if isinstance(outcome, Skipped):
         return [MemberResult(item, "skipped", error=outcome.reason) for item in items]
-    wait = outcome.retry_in_s if outcome.retry_in_s is not None else backoff(items[0].token)
+    # Without a wait of its own, by the head's claim number, as a single item (workers/tasks.py).
+    wait = outcome.retry_in_s if outcome.retry_in_s is not None else ITEM_BACKOFF.wait_s(items[0].token - 1)
     retry_at = utcnow() + timedelta(seconds=wait)
     return [MemberResult(item, "released", error=outcome.error, retry_at=retry_at) for item in items]
 
@@ -100,12 +99,7 @@ def _settle(
 ) -> None:
     calls: list[CallRow] = outcome.calls if not isinstance(outcome, Skipped) else []
     try:
-        for attempt in Retrying(
-            retry=retry_if_exception(is_infrastructure_fault),
-            wait=wait_exponential(multiplier=0.25, max=5.0),
-            stop=stop_after_delay(SETTLE_PATIENCE_S),
-            reraise=True,
-        ):
+        for attempt in patiently(is_infrastructure_fault, SETTLE_BACKOFF, SETTLE_PATIENCE_S):
             with attempt, session_scope(ctx.sessions) as session:
                 _store(session, items[0], results, calls)
     except Exception as exc:
@@ -133,13 +127,11 @@ def _store(
     settle_pack(session, head, results, calls)
 
 
-def run_pack(
-    ctx: WorkerContext, head: ClaimedItem, members: Sequence[ClaimedItem], backoff: Callable[[int], float]
-) -> None:
+def run_pack(ctx: WorkerContext, head: ClaimedItem, members: Sequence[ClaimedItem]) -> None:
     """Hold every item's lease while the pack's request runs, then store each item's outcome."""
     items = [head, *members]
     with ExitStack() as stack:
         for item in items:
             stack.enter_context(ctx.leases.hold(item.id, item.token))
         outcome = execute_pack(ctx, items)
-        _settle(ctx, items, outcome, member_results(items, outcome, backoff))
+        _settle(ctx, items, outcome, member_results(items, outcome))

@@ -153,10 +153,7 @@ class LimiterWaits:
                 self._counts[name] = self._counts.get(name, 0) + n
             key = f"{endpoint}|sum"
             self._sums[key] = self._sums.get(key, 0.0) + waited
-            if self.flush_s > 0 and self._timer is None:
-                self._timer = threading.Timer(self.flush_s, self.flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._arm()
         if self.flush_s <= 0:
             self.flush()
 
@@ -167,12 +164,17 @@ class LimiterWaits:
             self._counts[key] = self._counts.get(key, 0) + 1
             key = f"{endpoint}|wire_held_sum"
             self._sums[key] = self._sums.get(key, 0.0) + max(0.0, float(waited_s))
-            if self.flush_s > 0 and self._timer is None:
-                self._timer = threading.Timer(self.flush_s, self.flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._arm()
         if self.flush_s <= 0:
             self.flush()
+
+    def _arm(self) -> None:
+        """Under the lock: start the timer that writes what was counted, unless one is running (with no
+        flush interval each record is written at once instead)."""
+        if self.flush_s > 0 and self._timer is None:
+            self._timer = threading.Timer(self.flush_s, self.flush)
+            self._timer.daemon = True
+            self._timer.start()
 
     def flush(self) -> None:
         """Write what was counted since the last write (a failed write is logged; its counts are lost)."""

@@ -17,7 +17,6 @@ sends it again.
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,9 +27,9 @@ from celery import Task, current_app, shared_task
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from checks.recipes import RECIPES
+from clients.backoff import ITEM_BACKOFF, SETTLE_BACKOFF, TASK_BACKOFF, patiently
 from config.logging import bind
 from jobs.bulk_load import Built, build_staged
 from jobs.control import cancel_step, cancelling_with_pending
@@ -59,10 +58,10 @@ from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from jobs.webhooks import created_in
 from models import session_scope, utcnow
 from workers.context import WorkerContext, get_context
-from workers.dispatcher import refuse_stale_dispatch
 from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault, service_of
 from workers.kinds import handler_for
+from workers.leadership import refuse_stale_dispatch
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.packs import packs_of, run_pack, take_members
 from workers.steps import Calls, budget_skip
@@ -70,19 +69,11 @@ from workers.webhooks import send_if_due, send_soon
 
 log = logging.getLogger("factgate.workers")
 
-MAX_BACKOFF_S = 60.0
 INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
 SETTLE_PATIENCE_S = 30.0
-# A task sent once per event tries again this often after an infrastructure fault, waiting 2, 4, 8, 16, 30,
-# 30 s (±25 %): about a minute and a half, longer than a database restart, and still bounded.
+# A task sent once per event tries again this often after an infrastructure fault (TASK_BACKOFF: 2, 4, 8,
+# 16, 30, 30 s ±25 %): about a minute and a half, longer than a database restart, and still bounded.
 INFRA_TASK_RETRIES = 6
-INFRA_TASK_BACKOFF_MAX_S = 30.0
-
-
-def _infra_countdown_s(retries: int) -> float:
-    """Wait before try `retries + 1` of a task that met an infrastructure fault (jittered, capped)."""
-    base = min(INFRA_TASK_BACKOFF_MAX_S, 2.0 * float(2**retries))
-    return base * (0.75 + 0.5 * random.random())  # noqa: S311 - spreading, not secrecy
 
 
 def _fault_line(exc: BaseException) -> str:
@@ -104,7 +95,7 @@ def retry_or_give_up(task: Task[Any, Any], exc: Exception, what: str, backstop: 
     if tries >= INFRA_TASK_RETRIES:
         log.warning("%s: %s after %d tries; giving up, %s", what, _fault_line(exc), tries + 1, backstop)
         return
-    countdown = _infra_countdown_s(tries)
+    countdown = TASK_BACKOFF.wait_s(tries)
     log.warning(
         "%s: %s; trying again in %.0f s (retry %d of %d)",
         what,
@@ -308,13 +299,6 @@ def after_window(self: Task[Any, Any], job_id: str, question_ids: Sequence[int] 
         retry_or_give_up(self, exc, f"after_window of job {jid}", "the sweep moves its questions on")
 
 
-def _backoff_s(token: int) -> float:
-    """Wait before the next try of a released item: 2, 4, 8 … s by claim number, at most a minute,
-    with ±25 % jitter so items released together do not come back together."""
-    base = min(MAX_BACKOFF_S, 2.0 * float(2 ** max(0, token - 1)))
-    return base * (0.75 + 0.5 * random.random())  # noqa: S311 - spreading, not secrecy
-
-
 def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     """Run the item's handler behind the one prologue every stage shares (the budget check, the `Calls`
     that records every attempt). Never raises: every failure becomes an outcome."""
@@ -355,7 +339,9 @@ def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None
     elif isinstance(outcome, Skipped):
         settled = skip_item(session, item, outcome.reason)
     else:
-        wait = outcome.retry_in_s if outcome.retry_in_s is not None else _backoff_s(item.token)
+        # Without a wait of its own, by its claim number (ITEM_BACKOFF): items released together come back
+        # apart.
+        wait = outcome.retry_in_s if outcome.retry_in_s is not None else ITEM_BACKOFF.wait_s(item.token - 1)
         release_item(session, item, outcome.error, outcome.calls, retry_at=utcnow() + timedelta(seconds=wait))
     if settled and advances_on_settle(item.stage):
         return _advance_nested(session, item.id)
@@ -389,12 +375,7 @@ def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | No
     """
     at_once = _at_once(ctx, item, outcome)
     try:
-        for attempt in Retrying(
-            retry=retry_if_exception(is_infrastructure_fault),
-            wait=wait_exponential(multiplier=0.25, max=5.0),
-            stop=stop_after_delay(SETTLE_PATIENCE_S),
-            reraise=True,
-        ):
+        for attempt in patiently(is_infrastructure_fault, SETTLE_BACKOFF, SETTLE_PATIENCE_S):
             with attempt:
                 if at_once:
                     with statement_scope(ctx.engine) as conn:
@@ -438,10 +419,10 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     """Run one item. Never raises into the chord: every failure is recorded on the item.
 
     `epoch` is the term of the dispatcher that sent it; a message of an older term (a leader that lost its
-    lock) is refused before anything is claimed (workers/dispatcher.py:refuse_stale_dispatch).
+    lock) is refused before anything is claimed (workers/leadership.py:refuse_stale_dispatch).
 
-    `window` is not used: messages sent before the leader closed windows itself (workers/dispatcher.py,
-    `_OpenWindow`) carried their window's Redis counter there; such a window is now closed by the job's
+    `window` is not used: messages sent before the leader closed windows itself (workers/windows.py,
+    `OpenWindow`) carried their window's Redis counter there; such a window is now closed by the job's
     finalize and the sweep, as a window of an earlier leader is.
 
     The item is claimed (or failed, when it has used every try), its lease is kept alive while the handler
@@ -506,7 +487,7 @@ def _ran_as_pack(ctx: WorkerContext, head: ClaimedItem) -> bool:
         return True
     if not members:
         return False
-    run_pack(ctx, head, members, _backoff_s)
+    run_pack(ctx, head, members)
     return True
 
 

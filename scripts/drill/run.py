@@ -58,7 +58,7 @@ from scripts.drill.stack import (
     deployment,
 )
 from tests.reference import reference_claims
-from workers.dispatcher import FITNESS_KEY
+from workers.fitness import FITNESS_KEY
 from workers.leases import HOSTS_KEY, host_items
 
 SAMPLE_S = 0.2
@@ -207,7 +207,7 @@ def held_by_host(rds: redis_lib.Redis, hosts: dict[str, str]) -> dict[str, int]:
 
 
 def rtt_by_host(rds: redis_lib.Redis, hosts: dict[str, str]) -> dict[str, float]:
-    """Each worker host's round-trip figure as its dispatcher beats it (workers/dispatcher.py FITNESS_KEY:
+    """Each worker host's round-trip figure as its dispatcher beats it (workers/fitness.py FITNESS_KEY:
     "process id token" -> "µs:Redis ms")."""
     out: dict[str, float] = {}
     for field_name, raw in rds.hgetall(FITNESS_KEY).items():

@@ -1,4 +1,4 @@
-"""A host that goes silent gives its in-flight slots back (workers/leases.py, workers/dispatcher.py).
+"""A host that goes silent gives its in-flight slots back (workers/leases.py, workers/hosts.py).
 
 The dispatcher runs against real Postgres with its sends recorded (no worker); "hosts" are LeaseKeepers
 beating into the context's Redis store, and a host is made silent by moving its last beat back in time,
@@ -29,7 +29,8 @@ from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers.app import make_celery
 from workers.context import build_context
-from workers.dispatcher import FITNESS_KEY, LEADER_KEY, Dispatcher, refuse_stale_dispatch
+from workers.dispatcher import FITNESS_KEY, LEADER_KEY, Dispatcher, DispatcherConfig, refuse_stale_dispatch
+from workers.fitness import FitnessConfig
 from workers.leases import HOST_DEAD_S, HOST_SILENT_S, HOSTS_KEY, REDRIVE_GRACE_S, LeaseKeeper
 
 pytestmark = [pytest.mark.integration]
@@ -81,7 +82,7 @@ class Harness:
     def tick(self) -> list[int]:
         """One round, looking at the host registry afresh; the ids this round sent."""
         before = len(self.sent)
-        self.dispatcher._lost_at = 0.0  # the registry is read every HOSTS_REFRESH_S; tests do not wait
+        self.dispatcher.hosts.lost_at = 0.0  # the registry is read every HOSTS_REFRESH_S; tests do not wait
         self.dispatcher.tick()
         return self.sent[before:]
 
@@ -171,7 +172,7 @@ def test_a_leader_whose_lock_may_have_lapsed_marks_and_sends_nothing(
     _job(engine, 20)
     harness = Harness(url)
     try:
-        harness.dispatcher._valid_until = 0.0  # paused past its lock's expiry, as a tick begins
+        harness.dispatcher.leadership.valid_until = 0.0  # paused past its lock's expiry, as a tick begins
         assert harness.tick() == [] and _dispatched(engine) == 0
         assert harness.dispatcher.lead()  # still the holder: renewing makes it valid again
         assert len(harness.tick()) == TARGET
@@ -179,7 +180,7 @@ def test_a_leader_whose_lock_may_have_lapsed_marks_and_sends_nothing(
         # The lock lapses between marking and sending: nothing goes out and the marks are undone.
         answers = iter([True, False])
         monkeypatch.setattr(harness.dispatcher, "still_leading", lambda: next(answers, False))
-        harness.dispatcher._lost = set()
+        harness.dispatcher.hosts.lost = set()
         with session_scope(harness.ctx.sessions) as s:  # free the slots: settle what is in flight
             for item in s.scalars(select(Item).where(Item.enqueued_at.is_not(None))):
                 item.status = "done"
@@ -254,17 +255,23 @@ class _Slowed(Dispatcher):
 
 def _contenders(harness: Harness, url: str) -> tuple[Dispatcher, Dispatcher]:
     """The harness's leader, slowed, and a healthy second host; no tenure or unfit period to wait out."""
+    at_once = DispatcherConfig(fitness=FitnessConfig(min_tenure_s=0.0, unfit_for_s=0.0))
     slow = _Slowed(
-        harness.ctx, make_celery(Settings(database_url=url), with_tasks=False), send=harness._record
+        harness.ctx,
+        make_celery(Settings(database_url=url), with_tasks=False),
+        send=harness._record,
+        config=at_once,
     )
     fast = Dispatcher(
-        harness.ctx, make_celery(Settings(database_url=url), with_tasks=False), send=harness._record
+        harness.ctx,
+        make_celery(Settings(database_url=url), with_tasks=False),
+        send=harness._record,
+        config=at_once,
     )
     harness.dispatcher.stop()
     harness.ctx.redis.delete(FITNESS_KEY)
     for d in (slow, fast):
         d.target = lambda endpoint: TARGET  # type: ignore[method-assign]
-        d.min_tenure_s = d.unfit_for_s = 0.0
     assert slow.lead()
     return slow, fast
 
@@ -272,7 +279,7 @@ def _contenders(harness: Harness, url: str) -> tuple[Dispatcher, Dispatcher]:
 def _round(*dispatchers: Dispatcher) -> None:
     """One pass of each host's loop (`Dispatcher._run` without its waits): beat, lead or not, tick, assess."""
     for d in dispatchers:
-        d._fitness_at = -1e9  # beat every round: tests do not wait for FITNESS_BEAT_S
+        d.fitness.beat_at = -1e9  # beat every round: tests do not wait for FITNESS_BEAT_S
         d.beat_fitness()
         if d.lead():
             d.tick()
@@ -291,7 +298,7 @@ def test_a_slowed_leader_hands_the_lock_to_the_fit_host_once(db: tuple[str, Engi
             holders.append(harness.ctx.redis.get(LEADER_KEY))
         changes = sum(1 for a, b in itertools.pairwise(holders) if a != b)
         assert changes == 1, holders  # moved once, and never back
-        assert holders[-1] == fast._token.encode() and fast.leading and not slow.leading
+        assert holders[-1] == fast.leadership.token.encode() and fast.leading and not slow.leading
         assert slow.stepped_aside == 1 and fast.stepped_aside == 0
         assert fast.term > slow.term  # a new reign: the slow one's messages are refused (fenced)
     finally:
@@ -373,7 +380,9 @@ def test_a_dead_hosts_running_items_are_re_driven_before_their_lease(
             alive.host_beat()
         unrenewed = harness.ctx.leases.beat_s + REDRIVE_GRACE_S + unrenewed_by
         _age(harness, host, silent_s, first, unrenewed)
-        harness.dispatcher._dead_at = 0.0  # dead hosts are looked for every DEAD_REFRESH_S; tests do not wait
+        harness.dispatcher.hosts.dead_at = (
+            0.0  # dead hosts are looked for every DEAD_REFRESH_S; tests do not wait
+        )
         again = harness.tick()
         rows = _rows(engine, first)
         assert rows[claims[-2].id] == (
@@ -413,7 +422,7 @@ def test_a_finished_job_is_finalized_without_its_chords(db: tuple[str, Engine]) 
         assert harness.finalized == []  # work left: nothing to finalize
         with session_scope(harness.ctx.sessions) as s:
             s.execute(update(Item).where(Item.job_id == job_id).values(status="done", finished_at=utcnow()))
-        harness.dispatcher._schedule_at = 0.0  # the finished jobs are looked for every SCHEDULE_REFRESH_S
+        harness.dispatcher.schedules.at = 0.0  # the finished jobs are looked for every SCHEDULE_REFRESH_S
         harness.tick()
         assert sent and harness.finalized == [job_id]
         with session_scope(harness.ctx.sessions) as s:
@@ -444,7 +453,7 @@ def test_a_slow_hosts_running_items_take_no_slot(db: tuple[str, Engine], rtt_us:
             seconds, micros = harness.ctx.redis.time()
             now_ms = int(seconds) * 1000 + int(micros) // 1000
             harness.ctx.redis.hset(FITNESS_KEY, f"{host.name} other-token", f"{rtt_us}:{now_ms}")
-            harness.dispatcher._fitness_at = -1e9
+            harness.dispatcher.fitness.beat_at = -1e9
             harness.dispatcher.beat_fitness()
             again = harness.tick()
             assert (len(again) == TARGET) is freed and not set(again) & set(first)

@@ -102,7 +102,7 @@ def test_a_tick_sends_its_windows_in_one_batch_and_stores_no_item_result(
         (item_id,), kwargs, embed = json.loads(base64.b64decode(message["body"]))
         assert embed["chord"] is None  # the body does not ride in every message's headers
         assert kwargs == {"epoch": dispatcher.term} and headers["argsrepr"] == f"({item_id},)"
-    (windows,) = dispatcher._windows.values()  # one scope's windows, kept by the leader
+    (windows,) = dispatcher.windows.open.values()  # one scope's windows, kept by the leader
     assert sorted(len(w.items) for w in windows) == [2, 4, 4]  # windows of FACTGATE_CHORD_SIZE
     assert {i for w in windows for i in w.items} == set(ids) and len({w.job_id for w in windows}) == 1
     assert len({m["headers"]["id"] for m in messages}) == 10  # every message its own task id
@@ -115,7 +115,7 @@ def test_a_failed_send_leaves_the_ticks_items_dispatchable(
     engine, dispatcher, rds = setup
     ids = _job(engine, 10)
     sent: list[int] = []
-    real_send = dispatcher._send
+    real_send = dispatcher.send
 
     def send(job_id: Any, window: Any, producer: Any) -> None:
         if sent:
@@ -123,12 +123,12 @@ def test_a_failed_send_leaves_the_ticks_items_dispatchable(
         sent.append(len(window))
         real_send(job_id, window, producer)
 
-    dispatcher._send = send
+    dispatcher.send = send
     assert dispatcher.lead() and dispatcher.tick()
     assert sent == [4]
     assert rds.llen("celery") == 0  # the batch was dropped: not even the first window went out
     assert _dispatched(engine, ids) == [False] * 10  # all of them are sent again at the next tick
-    dispatcher._send = real_send
+    dispatcher.send = real_send
     dispatcher.tick()
     assert rds.llen("celery") == 10 and _dispatched(engine, ids) == [True] * 10
     dispatcher.stop()
@@ -156,19 +156,19 @@ def test_a_window_closes_once_its_items_have_left_flight_and_its_body_goes_out_o
     engine, dispatcher, rds = setup
     _job(engine, 6)  # windows of 4 and 2
     assert dispatcher.lead() and dispatcher.tick()
-    dispatcher._schedule_at = math.inf  # no finalize of the finished job meanwhile: only window bodies
-    (job_id,) = {w.job_id for ws in dispatcher._windows.values() for w in ws}
-    first, second = sorted(next(iter(dispatcher._windows.values())), key=lambda w: -len(w.items))
+    dispatcher.schedules.at = math.inf  # no finalize of the finished job meanwhile: only window bodies
+    (job_id,) = {w.job_id for ws in dispatcher.windows.open.values() for w in ws}
+    first, second = sorted(next(iter(dispatcher.windows.open.values())), key=lambda w: -len(w.items))
     _settle(engine, sorted(first.items)[:3])  # one item of the first window still in flight
     _settle(engine, sorted(second.items), status="failed")  # a failed item has left flight too
     dispatcher.tick()
     assert _bodies(rds) == [[str(job_id), []]]  # the second window closed: its body, once
-    assert [len(w.items) for ws in dispatcher._windows.values() for w in ws] == [4]
+    assert [len(w.items) for ws in dispatcher.windows.open.values() for w in ws] == [4]
     _settle(engine, sorted(first.items)[3:])
     dispatcher.tick()
     dispatcher.tick()
     assert _bodies(rds) == [[str(job_id), []], [str(job_id), []]]  # the first one's, once
-    assert dispatcher._windows == {}
+    assert dispatcher.windows.open == {}
     dispatcher.stop()
 
 
@@ -178,12 +178,12 @@ def test_windows_closed_in_one_tick_send_one_body_per_job_with_their_questions(
     engine, dispatcher, rds = setup
     ids = _job(engine, 8)
     assert dispatcher.lead() and dispatcher.tick()
-    dispatcher._schedule_at = math.inf
-    (job_id,) = {w.job_id for ws in dispatcher._windows.values() for w in ws}
+    dispatcher.schedules.at = math.inf
+    (job_id,) = {w.job_id for ws in dispatcher.windows.open.values() for w in ws}
     # As a staged kind's children would be: each window names the questions its items belong to.
-    (scope,) = dispatcher._windows
-    dispatcher._windows[scope] = [
-        replace(w, questions=(n + 7,)) for n, w in enumerate(dispatcher._windows[scope])
+    (scope,) = dispatcher.windows.open
+    dispatcher.windows.open[scope] = [
+        replace(w, questions=(n + 7,)) for n, w in enumerate(dispatcher.windows.open[scope])
     ]
     _settle(engine, ids)
     dispatcher.tick()

@@ -35,7 +35,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from jobs.serialize import job_object
+from jobs.serialize import job_model
 from jobs.tenancy import create_token, get_or_create_tenant, set_tenant
 from models import Job, WebhookAttempt, WebhookDelivery, session_scope
 from models.db import make_session_factory
@@ -212,7 +212,7 @@ def test_a_failed_first_try_is_retried_with_the_same_id_signed_and_redelivered_f
         with Session(st.engine) as s:
             job = s.get(Job, job_id)
             assert job is not None
-            assert body == job_object(s, job)
+            assert body == job_model(s, job).as_json()
 
         # Every attempt is recorded: time, HTTP status, next try; the response body is not kept.
         delivery, attempts = wait_for(

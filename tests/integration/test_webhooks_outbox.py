@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 
 from jobs.control import cancel_job, retry_failed
 from jobs.finalize import maybe_finalize
-from jobs.serialize import job_object
+from jobs.serialize import job_model
 from jobs.tenancy import set_tenant
 from jobs.webhooks import (
     AttemptResult,
@@ -253,7 +253,7 @@ def test_job_object_links_are_the_api_routes(web: WebEnv, caller: Caller) -> Non
     with web.app.test_request_context(), web.sessions() as session:
         job = session.get(Job, uuid.UUID(job_id))
         assert job is not None
-        links = job_object(session, job)["links"]
+        links = job_model(session, job).as_json()["links"]
         assert links == {
             "self": url_for("api.get_job", job_id=job_id),
             "results": url_for("api.job_results", job_id=job_id),

@@ -1,4 +1,4 @@
-"""A worker host slow beside another live one stops taking task messages (workers/dispatcher.py
+"""A worker host slow beside another live one stops taking task messages (workers/fitness.py
 `keeps_consuming`, applied by workers/bootsteps.py `ConsumeWhileFitStep`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The rule by which a slow leader hands the dispatcher lock over (workers/dispatcher.py)."""
+"""The rule by which a slow leader hands the dispatcher lock over (workers/fitness.py)."""
 
 from __future__ import annotations
 

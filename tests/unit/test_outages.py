@@ -18,9 +18,12 @@ import pytest
 import redis.exceptions
 import sqlalchemy.exc
 
+from clients.backoff import TASK_BACKOFF
 from models import database_unreachable
 from web.errors import RETRY_AFTER_S, unavailable, unreachable_service
-from workers.tasks import INFRA_TASK_BACKOFF_MAX_S, INFRA_TASK_RETRIES, _infra_countdown_s
+from workers.tasks import INFRA_TASK_RETRIES
+
+INFRA_TASK_BACKOFF_MAX_S = TASK_BACKOFF.cap_s
 
 
 def wrapped(
@@ -131,7 +134,7 @@ def test_the_503_says_when_to_try_again() -> None:
 
 
 def test_task_retry_backoff_grows_and_is_bounded() -> None:
-    waits = [_infra_countdown_s(n) for n in range(INFRA_TASK_RETRIES)]
+    waits = [TASK_BACKOFF.wait_s(n) for n in range(INFRA_TASK_RETRIES)]
     assert all(0 < w <= INFRA_TASK_BACKOFF_MAX_S * 1.25 for w in waits)
     assert waits[0] <= 2.5 and waits[-1] >= INFRA_TASK_BACKOFF_MAX_S * 0.75
     assert sum(waits) <= INFRA_TASK_RETRIES * INFRA_TASK_BACKOFF_MAX_S * 1.25
