@@ -22,6 +22,7 @@ from jobs.intake import same_submission
 from jobs.purge import delete_job
 from jobs.queries import get_job, list_jobs, lookup_request, result_cursor, unsuccessful_items_page
 from jobs.quotas import QuotaExceeded
+from jobs.retention import Retention
 from jobs.usage import tenant_usage
 from models import JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant, token_still_live
@@ -380,10 +381,13 @@ def retry_job(job_id: str) -> Response:
     session = db_session()
     job = _items_or_410(_job_or_404(job_id))
     try:
-        retried = retry_failed(session, job)
+        retried = retry_failed(session, job, Retention.of(settings()))
     except JobStateError as exc:
         session.rollback()
         raise conflict(str(exc)) from None
+    except QuotaExceeded as exc:
+        session.rollback()
+        raise quota_error(exc) from None
     if not retried:
         session.rollback()
         body = status_object(session, job)

@@ -40,6 +40,7 @@ from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.purge import delete_job
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
+from jobs.quotas import QuotaExceeded
 from jobs.retention import Retention
 from jobs.sessions import LiveSession, live_token, page_session_is_live
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
@@ -281,10 +282,10 @@ def job_retry(job_id: str) -> BaseResponse:
     sess = db_session()
     job = _job_or_404(job_id)
     try:
-        retried = retry_failed(sess, job)
-    except JobStateError as exc:
+        retried = retry_failed(sess, job, Retention.of(settings()))
+    except (JobStateError, QuotaExceeded) as exc:
         sess.rollback()
-        flash(str(exc), "error")
+        flash(f"{exc}.", "error")
         return redirect(url_for("pages.job_page", job_id=str(job.id)))
     if not retried:
         sess.rollback()
