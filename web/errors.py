@@ -200,6 +200,7 @@ _HTTP_TYPES = {
     401: AUTHENTICATION,
     404: NOT_FOUND,
     405: METHOD_NOT_ALLOWED,
+    408: INVALID_REQUEST,
     409: CONFLICT,
     413: TOO_LARGE,
     415: UNSUPPORTED_MEDIA,
@@ -211,6 +212,10 @@ _HTTP_MESSAGES = {
     400: "bad request",
     404: "no such endpoint",
     405: "method not allowed on this endpoint",
+    408: (
+        "the request body arrived too slowly (FACTGATE_BODY_MIN_BYTES_PER_S after FACTGATE_BODY_GRACE_S); "
+        "send it again"
+    ),
     413: "request body too large",
     415: "unsupported content type",
 }

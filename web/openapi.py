@@ -506,6 +506,15 @@ NDJSON_QUERY_PARAMS = [
     },
 ]
 
+EXPORTS_BUSY: dict[str, Any] = {
+    **_error(
+        "Type `quota_exceeded`, field `max_exports_per_tenant`: the tenant already has as many downloads "
+        "streaming as FACTGATE_MAX_EXPORTS_PER_TENANT allows (`limit`, `used`); try again after "
+        "`Retry-After` seconds."
+    ),
+    "headers": {"Retry-After": RETRY_AFTER_HEADER},
+}
+
 PATHS: dict[str, Any] = {
     "/v1/jobs": {
         "post": {
@@ -689,6 +698,7 @@ PATHS: dict[str, Any] = {
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
                 "410": JOB_PURGED,
+                "429": EXPORTS_BUSY,
                 "409": _error("The job's kind is not one this version knows (stored by another version)."),
             },
         }
@@ -708,6 +718,7 @@ PATHS: dict[str, Any] = {
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
                 "410": JOB_PURGED,
+                "429": EXPORTS_BUSY,
             },
         }
     },
