@@ -213,19 +213,24 @@ class PacedInput:
                 with contextlib.suppress(OSError):  # the client is gone already
                     self._sock.shutdown(socket.SHUT_RD)
 
-    def _check(self) -> None:
-        if self._late or self._clock() >= self._pace.due(self._started, self._seen):
+    def _check(self) -> float:
+        """When the bytes of the coming read are due; BodyTooSlow if that has passed already."""
+        due = self._pace.due(self._started, self._seen)
+        if self._late or self._clock() >= due:
             self._late = True
             raise BodyTooSlow
+        return due
 
-    def _account(self, data: bytes) -> bytes:
+    def _account(self, data: bytes, due: float) -> bytes:
         self._seen += len(data)
-        if self._late:
-            raise BodyTooSlow  # what arrived after the watchdog stopped the read is not the whole body
+        if self._late or self._clock() > due:
+            # Arrived after it was due (or after the watchdog stopped the read: then not the whole body).
+            self._late = True
+            raise BodyTooSlow
         return data
 
     def read(self, size: int | None = -1, /) -> bytes:
-        self._check()
+        due = self._check()
         try:
             data = self._stream.read() if size is None or size < 0 else self._stream.read(size)
         except (TimeoutError, OSError, ValueError) as exc:
@@ -237,17 +242,17 @@ class PacedInput:
             if self._late:  # the server's reader saw the connection end under it
                 raise BodyTooSlow from None
             raise
-        return self._account(data)
+        return self._account(data, due)
 
     def readline(self, size: int | None = -1, /) -> bytes:
-        self._check()
+        due = self._check()
         try:
             data = self._stream.readline() if size is None or size < 0 else self._stream.readline(size)
         except Exception:
             if self._late:
                 raise BodyTooSlow from None
             raise
-        return self._account(data)
+        return self._account(data, due)
 
     def readlines(self, hint: int = -1, /) -> list[bytes]:
         return list(iter(self.readline, b""))
