@@ -2,7 +2,9 @@
 
 Pure, so the API and the usage page read the same parameters the same way: only `YYYY-MM-DD` (Python's
 `date.fromisoformat` also takes `20260101` and week dates, which a query string should not), `from` not
-after `to`, and at most `MAX_DAYS` days, which bounds the report (one entry per day) and the query.
+after `to`, and at most `MAX_DAYS` days, which bounds the report (one entry per day) and the query. Both
+days lie between `FIRST_DAY` and `LAST_DAY`: the report's query reads up to the day after `to` and a default
+`from` is 30 days before it, which at the ends of the calendar (`0001-01-05`, `9999-12-31`) are no dates.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from datetime import date, timedelta
 DEFAULT_DAYS = 30
 MAX_DAYS = 366  # a whole leap year
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(9998, 12, 31)
 
 
 class RangeError(ValueError):
@@ -47,9 +51,14 @@ def _day(name: str, raw: str | None) -> date | None:
     if not _DATE.fullmatch(text):
         raise RangeError(name, f"{name} must be a date as YYYY-MM-DD, got {raw[:40]!r}")
     try:
-        return date.fromisoformat(text)
+        day = date.fromisoformat(text)
     except ValueError:
         raise RangeError(name, f"{name} is not a calendar date: {text}") from None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise RangeError(
+            name, f"{name} must be a day from {FIRST_DAY.isoformat()} to {LAST_DAY.isoformat()}, got {text}"
+        )
+    return day
 
 
 def parse_day_range(raw_from: str | None, raw_to: str | None, *, today: date) -> DayRange:
@@ -59,7 +68,7 @@ def parse_day_range(raw_from: str | None, raw_to: str | None, *, today: date) ->
     if end is None:
         end = today
     if start is None:
-        start = end - timedelta(days=DEFAULT_DAYS - 1)
+        start = max(end - timedelta(days=DEFAULT_DAYS - 1), FIRST_DAY)
     if start > end:
         field = "from" if raw_from else "to"
         raise RangeError(field, f"from ({start.isoformat()}) is after to ({end.isoformat()})")

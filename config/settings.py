@@ -96,6 +96,16 @@ class Settings:
     # A streamed body of more rows than this answers 202 as `validating` before its items exist; the
     # `start_job` task builds them (jobs/bulk_load.py). Up to it, the items are built before the answer.
     intake_defer_rows: int = 50_000
+    # Streamed exports (results, errors, the report file) of one tenant at once, across web processes when
+    # Redis is configured; past it a 429 (web/export_slots.py). 0: no bound.
+    max_exports_per_tenant: int = 4
+    # A request body must arrive at this average rate after a grace period, or the read stops with a 408
+    # (web/body.py:PacedInput): a client trickling a body cannot hold a web thread for ever.
+    body_grace_s: float = 30.0
+    body_min_bytes_per_s: int = 16_384
+    # Each send of a response must be taken by the client within this, or the connection is dropped
+    # (a reader that stops reading frees its thread).
+    send_timeout_s: float = 60.0
 
     # Queue behaviour.
     chord_size: int = 50  # most items in one chord (a window the dispatcher sends for one job)
@@ -154,6 +164,15 @@ class Settings:
         """Refuse values that would silently mean something else, where the settings are made."""
         if self.session_idle_s <= 0 or self.session_max_s <= 0:
             raise ValueError("FACTGATE_SESSION_IDLE_S and FACTGATE_SESSION_MAX_S must be above 0")
+        if self.max_exports_per_tenant < 0:
+            raise ValueError(
+                f"FACTGATE_MAX_EXPORTS_PER_TENANT is 0 (no bound) or more, got {self.max_exports_per_tenant}"
+            )
+        if self.body_grace_s <= 0 or self.body_min_bytes_per_s <= 0 or self.send_timeout_s <= 0:
+            raise ValueError(
+                "FACTGATE_BODY_GRACE_S, FACTGATE_BODY_MIN_BYTES_PER_S and FACTGATE_SEND_TIMEOUT_S must be "
+                "above 0"
+            )
         if self.trust_proxy < 0:
             raise ValueError(
                 f"FACTGATE_TRUST_PROXY is a number of proxies (0 or more), got {self.trust_proxy}"
@@ -249,6 +268,10 @@ class Settings:
             max_body_bytes=_int(e, "FACTGATE_MAX_BODY_BYTES", 256 * 1024 * 1024),
             max_json_body_bytes=_int(e, "FACTGATE_MAX_JSON_BODY_BYTES", 8 * 1024 * 1024),
             intake_defer_rows=_int(e, "FACTGATE_INTAKE_DEFER_ROWS", 50_000),
+            max_exports_per_tenant=_int(e, "FACTGATE_MAX_EXPORTS_PER_TENANT", 4),
+            body_grace_s=_float(e, "FACTGATE_BODY_GRACE_S", 30.0),
+            body_min_bytes_per_s=_int(e, "FACTGATE_BODY_MIN_BYTES_PER_S", 16_384),
+            send_timeout_s=_float(e, "FACTGATE_SEND_TIMEOUT_S", 60.0),
             chord_size=_int(e, "FACTGATE_CHORD_SIZE", 50),
             dispatch_interval_s=_float(e, "FACTGATE_DISPATCH_INTERVAL_S", 0.05),
             dispatch_max_in_flight=_int(e, "FACTGATE_DISPATCH_MAX_IN_FLIGHT", 64),

@@ -13,6 +13,7 @@ until the batches reach them.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, select, update
@@ -20,7 +21,9 @@ from sqlalchemy.orm import Session
 
 from jobs.bulk_load import drop_staged_batch, try_build_lock
 from jobs.items import CANCELLED_ERROR
-from models import Item, Job, JobStatus, utcnow
+from jobs.quotas import check_live_jobs
+from jobs.retention import Retention, is_past_retention
+from models import Item, Job, JobStatus, Tenant, utcnow
 
 # Items skipped per statement (and per transaction) after a cancel: ~0.3 s of Postgres work on this machine,
 # short enough that no worker's settle or dispatcher read waits behind it for long.
@@ -109,16 +112,32 @@ def cancelling_with_pending(session: Session) -> list[uuid.UUID]:
     )
 
 
-def retry_failed(session: Session, job: Job) -> int:
+def retry_failed(session: Session, job: Job, retention: Retention, now: datetime | None = None) -> int:
     """Put a finished job's failed items back to pending and requeue the job; returns how many.
 
     Only ended jobs (completed, failed, cancelled) can be retried: retrying a live job would race
-    its own workers.
+    its own workers. The job row is locked and re-read first, and a job the purge may be emptying — purged,
+    deleted, or past its tenant's retention (`retention` at `now`), which the purge queues — is refused with
+    JobStateError: the purge deletes it in batches under a share lock on the same row (jobs/purge.py), and a
+    retry between two batches would run a job with rows missing. A job that becomes live counts against the
+    tenant's live-job quota like a submission (QuotaExceeded, counted under the tenant's lock).
     """
+    session.execute(select(Job.id).where(Job.id == job.id).with_for_update())
+    session.refresh(job)
     if job.status not in JobStatus.ended():
         raise JobStateError(f"job is {job.status}; only an ended job can be retried")
-    if job.purged_at is not None:
+    if job.purged_at is not None or job.deleted_at is not None:
         raise JobStateError("the job's items were purged under its retention; there is nothing to retry")
+    tenant = session.get(Tenant, job.tenant_id)
+    days = retention.days_for(tenant.retention_days if tenant is not None else None)
+    if is_past_retention(job, days, now or utcnow()):
+        raise JobStateError(
+            f"the job is past its retention of {days} days and its items are being purged; it cannot be "
+            "retried (submit its rows again as a new job)"
+        )
+    failed = select(Item.id).where(Item.job_id == job.id, Item.status == "failed").exists()
+    if tenant is not None and session.scalar(select(failed)):
+        check_live_jobs(session, tenant, verb="retry")
     result = session.execute(
         update(Item)
         .where(Item.job_id == job.id, Item.status == "failed")

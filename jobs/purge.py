@@ -20,8 +20,12 @@ ones whose row has outlived another retention period) or `purged_at` (a job past
 and summary stay).
 
 A deleted job is gone for its tenant at once: every read filters `deleted_at` (jobs/queries.py), so the
-rows left for the purge are invisible. Every step re-reads the job, so a purge that loses a race (a job
-retried, or deleted twice) does nothing.
+rows left for the purge are invisible. Every step re-reads the job under a share lock on its row and re-checks
+that it is still to be purged — deleted, or ended and still past its tenant's retention as of now, not as of
+when the queue was read — and holds that lock through the statements that delete, until the batch commits.
+A retry takes the same row's update lock and refuses a job past its retention (jobs/control.py:retry_failed),
+so a retry and a purge never interleave: before, a retry between two batches left a `completed` job with rows
+missing, or a job retried and completed again lost its new results to the purge that had queued it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from jobs.bulk_load import drop_staged_batch
 from jobs.control import JobStateError, cancel_job
-from jobs.retention import Retention
+from jobs.retention import Retention, is_past_retention
 from jobs.tenancy import TenantNotFoundError
 from models import ApiToken, Job, JobStatus, SourceList, Tenant, WebhookDelivery, WebSession, utcnow
 from models.jobs import PURGE_PENDING_SQL
@@ -130,13 +134,33 @@ def _delete_source_lists(session: Session, job_id: uuid.UUID, limit: int) -> int
     return int(cast("CursorResult[Any]", result).rowcount)
 
 
-def purge_step(session: Session, job_id: uuid.UUID, limit: int = PURGE_BATCH) -> int:
-    """One bounded step of purging a deleted or expired job, in the caller's transaction; returns the rows
-    it removed (0: the job is done — its row gone or marked purged — or is not to be purged)."""
-    job = session.execute(
-        select(Job.status, Job.deleted_at, Job.purged_at).where(Job.id == job_id)
-    ).one_or_none()
+def _purgeable(session: Session, job_id: uuid.UUID, retention: Retention, now: datetime) -> Job | None:
+    """The job, share-locked until the caller's transaction ends, if it is still to be purged: ended, and
+    deleted, already purged, or past its tenant's retention at `now`. None otherwise (gone, live again, or
+    ended again after a retry and so not expired)."""
+    job = session.scalar(select(Job).where(Job.id == job_id).with_for_update(read=True))
     if job is None or job.status not in JobStatus.ended():
+        return None
+    if job.deleted_at is not None or job.purged_at is not None:
+        return job
+    days = session.scalar(select(Tenant.retention_days).where(Tenant.id == job.tenant_id))
+    return job if is_past_retention(job, retention.days_for(days), now) else None
+
+
+def purge_step(
+    session: Session,
+    job_id: uuid.UUID,
+    limit: int = PURGE_BATCH,
+    *,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+) -> int:
+    """One bounded step of purging a deleted or expired job, in the caller's transaction; returns the rows
+    it removed (0: the job is done — its row gone or marked purged — or is not to be purged). Whether it is
+    still to be purged is decided here, per step, under the job row's share lock (`_purgeable`), with
+    `retention` (the default policy when None) at `now` (the present when None)."""
+    job = _purgeable(session, job_id, retention or Retention(), now or utcnow())
+    if job is None:
         return 0
     moved = roll_up_calls(session, job_id, limit)
     if moved:

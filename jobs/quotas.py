@@ -6,6 +6,14 @@ daily / monthly budget already spent. During the run, a budget reached mid-job d
 scheduler holds the tenant's remaining items (they stay pending, undispatched) until the budget resets at
 the next UTC day or month, or an operator raises it — and the job's status says why it waits.
 
+The live-job count holds under concurrency: on Postgres, counting and the insert that follows run under a
+per-tenant transaction-level advisory lock (`lock_live_jobs`), so twenty submissions at once with a limit of
+one store one job, not the three that counted zero before any had inserted. The lock is taken only for a
+tenant with a live-job limit and is held until the submission's transaction ends (a streamed body is read
+inside it), so such a tenant's submissions are stored one after another; other tenants never wait on it.
+SQLite (embedded mode) serialises writers already. A retry makes a job live again, so it counts the same way
+(jobs/control.py:retry_failed).
+
 Spend is the sum of the tenant's `api_calls` costs since the start of the UTC day or month, through
 `ix_api_calls_tenant_created`. Holding happens at dispatch, so a budget can be overshot by what was already
 in flight when it was reached (at most the scope's few in-flight items), never by a backlog.
@@ -19,12 +27,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from models import ApiCall, Job, JobStatus, Tenant, UsageDay
 
 LIVE_JOB_STATUSES = tuple(sorted(JobStatus.live()))
+# The namespace of the advisory lock a submission holds on its tenant while it counts live jobs and inserts
+# its own (the other key is hashtext of the tenant id); jobs/bulk_load.py:BUILD_LOCK_NS is another namespace.
+QUOTA_LOCK_NS = 0x46475131  # "FGQ1"
+_LOCK_LIVE_JOBS = text(f"SELECT pg_advisory_xact_lock({QUOTA_LOCK_NS}, hashtext(CAST(:tenant AS text)))")
 
 
 def day_start(now: datetime) -> datetime:
@@ -141,19 +153,36 @@ def holds(session: Session, tenant_ids: list[uuid.UUID], now: datetime) -> dict[
     return out
 
 
+def lock_live_jobs(session: Session, tenant_id: uuid.UUID) -> None:
+    """Hold the tenant's live-job count still until this transaction ends (Postgres; SQLite serialises
+    writers already): a concurrent submission or retry of the same tenant waits here, then counts what this
+    one inserted."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_LOCK_LIVE_JOBS, {"tenant": str(tenant_id)})
+
+
+def check_live_jobs(session: Session, tenant: Tenant, *, verb: str = "submit again") -> None:
+    """The live-job quota, counted under the tenant's lock (`lock_live_jobs`): the caller makes a job live
+    in the same transaction, so no concurrent caller counts before it is visible."""
+    if tenant.max_active_jobs is None:
+        return
+    lock_live_jobs(session, tenant.id)
+    live = live_jobs_of(session, tenant.id)
+    if live >= tenant.max_active_jobs:
+        raise QuotaExceeded(
+            "max_active_jobs",
+            tenant.max_active_jobs,
+            live,
+            None,
+            f"{live} jobs are still running or queued, the limit is {tenant.max_active_jobs}; "
+            f"{verb} when one has ended (or cancel one)",
+        )
+
+
 def check_submission(session: Session, tenant: Tenant, now: datetime) -> None:
-    """Quotas a submission can break before its body is read: live jobs and spent budgets."""
-    if tenant.max_active_jobs is not None:
-        live = live_jobs_of(session, tenant.id)
-        if live >= tenant.max_active_jobs:
-            raise QuotaExceeded(
-                "max_active_jobs",
-                tenant.max_active_jobs,
-                live,
-                None,
-                f"{live} jobs are still running or queued, the limit is {tenant.max_active_jobs}; "
-                "submit again when one has ended (or cancel one)",
-            )
+    """Quotas a submission can break before its body is read: live jobs (counted under the tenant's lock,
+    held until the caller's transaction ends) and spent budgets."""
+    check_live_jobs(session, tenant)
     hold = budget_hold(session, tenant, now)
     if hold is not None:
         raise QuotaExceeded(

@@ -63,3 +63,10 @@ def expires_at(job: Job, days: int) -> datetime | None:
 def row_expires_at(job: Job, days: int) -> datetime | None:
     """When a purged job's row itself goes: one more retention period after its purge."""
     return None if job.purged_at is None else job.purged_at + timedelta(days=days)
+
+
+def is_past_retention(job: Job, days: int, now: datetime) -> bool:
+    """Whether an ended job's results are due for the purge at `now` (jobs/purge.py:purge_queue's rule):
+    it ended more than `days` days ago. A live job never is."""
+    end = ended_at(job)
+    return end is not None and end < now - timedelta(days=days)

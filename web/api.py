@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from jobs.intake import same_submission
 from jobs.purge import delete_job
 from jobs.queries import get_job, list_jobs, lookup_request, result_cursor, unsuccessful_items_page
 from jobs.quotas import QuotaExceeded
+from jobs.retention import Retention
 from jobs.usage import tenant_usage
 from models import JOB_STATUSES, Job, utcnow
 from web.auth import current_tenant, require_tenant, token_still_live
@@ -37,6 +39,7 @@ from web.errors import (
     invalid,
     not_found,
 )
+from web.export_slots import ExportsBusy, export_response
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, START, ndjson_lines, stream_job
 from web.intake import BodyFormat, check_idempotency_key, submit_stream
 from web.openapi import openapi_document
@@ -255,6 +258,27 @@ def get_job_view(job_id: str) -> Response:
     return _json(live_status_object(db_session(), resources().sessions, job))
 
 
+def _export(body: Iterator[str], mimetype: str) -> Response:
+    """A streamed export holding one of the tenant's export slots (web/export_slots.py); 429 when none is
+    free."""
+    try:
+        return export_response(body, mimetype)
+    except ExportsBusy as exc:
+        raise ApiError(
+            429,
+            QUOTA_EXCEEDED,
+            str(exc),
+            field="max_exports_per_tenant",
+            headers={"Retry-After": str(exc.retry_after_s)},
+            extra={
+                "quota": "max_exports_per_tenant",
+                "limit": exc.limit,
+                "used": exc.limit,
+                "resets_at": None,
+            },
+        ) from None
+
+
 @api.get("/jobs/<job_id>/results")
 def job_results(job_id: str) -> Response:
     """Results streamed as NDJSON (default) or CSV; whatever exists so far, in input order, read in short
@@ -272,7 +296,7 @@ def job_results(job_id: str) -> Response:
         if after is not None:
             raise invalid("after resumes the NDJSON stream only; leave it out with format=csv", field="after")
         body = stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind], allowed=token_still_live())
-        resp = Response(body, mimetype="text/csv")
+        resp = _export(body, "text/csv")
         resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
     else:
         start = START
@@ -284,7 +308,7 @@ def job_results(job_id: str) -> Response:
         body = stream_job(
             sessions, job.id, iterator, ndjson_lines, start=start, after=after, allowed=token_still_live()
         )
-        resp = Response(body, mimetype=NDJSON_MIMETYPE)
+        resp = _export(body, NDJSON_MIMETYPE)
         resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
     resp.headers["X-Job-Status"] = job.status
     return resp
@@ -298,7 +322,7 @@ def job_errors(job_id: str) -> Response:
     lines = stream_job(
         resources().sessions, job.id, unsuccessful_items_page, ndjson_lines, allowed=token_still_live()
     )
-    resp = Response(lines, mimetype=NDJSON_MIMETYPE)
+    resp = _export(lines, NDJSON_MIMETYPE)
     resp.headers["X-Job-Status"] = job.status
     return resp
 
@@ -380,10 +404,13 @@ def retry_job(job_id: str) -> Response:
     session = db_session()
     job = _items_or_410(_job_or_404(job_id))
     try:
-        retried = retry_failed(session, job)
+        retried = retry_failed(session, job, Retention.of(settings()))
     except JobStateError as exc:
         session.rollback()
         raise conflict(str(exc)) from None
+    except QuotaExceeded as exc:
+        session.rollback()
+        raise quota_error(exc) from None
     if not retried:
         session.rollback()
         body = status_object(session, job)

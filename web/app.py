@@ -27,6 +27,7 @@ from config import Settings
 from config.redis_url import redis_client
 from models import make_engine, make_session_factory
 from web.api import api, meta
+from web.body import BodyPace, PacedBodies
 from web.errors import register_error_handlers
 from web.health import READY_TIMEOUT_S, health
 from web.kinds import require_all
@@ -71,6 +72,10 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
     app = Flask(__name__)
     # Compiled templates outlive the app: see web/template_code.py.
     app.jinja_options = {**app.jinja_options, "bytecode_cache": TEMPLATE_CODE}
+    # Under everything else (ProxyFix included): every request body keeps a pace, every send a timeout.
+    app.wsgi_app = PacedBodies(  # type: ignore[method-assign]
+        app.wsgi_app, BodyPace(settings.body_grace_s, settings.body_min_bytes_per_s), settings.send_timeout_s
+    )
     if settings.trust_proxy:
         hops = settings.trust_proxy
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]

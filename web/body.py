@@ -5,15 +5,30 @@ too much gets a 413 at once), and again while reading, because a chunked body de
 declared length is only a claim. NDJSON is read in fixed-size chunks and split here, so a 100,000-row
 body never exists as one `bytes` object plus a list of its lines. Readers take anything with `read`,
 so a submission's body can pass through its fingerprint (web/fingerprint.py) on the way.
+
+Bodies must also arrive in time (`PacedInput`, installed under the whole app by `PacedBodies`): after
+FACTGATE_BODY_GRACE_S, at least FACTGATE_BODY_MIN_BYTES_PER_S on average, or the read stops with a 408. A
+check between reads would not do: one read of the server's body stream loops over `recv` until it has what
+it asked for, each `recv` waiting as long as it likes, so a client sending a byte now and then held a web
+thread for ever. Under gunicorn a watchdog timer shuts the connection's reading side down when the body falls
+behind, which ends the blocked `recv` at once; and every send and receive on the connection is bounded by
+FACTGATE_SEND_TIMEOUT_S (the socket's timeout), so a client that stops reading its response frees the thread
+too. The pages never read a body before the session is checked (web/pages.py:_guard).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterator
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flask import request
+from werkzeug.exceptions import RequestTimeout
 
 from web.errors import ApiError, invalid, too_large
 
@@ -125,3 +140,161 @@ def read_json_body(
     except ValueError as exc:
         # Our own strict parser's rejections (NaN, Infinity) and Python's integer-size limit.
         raise invalid(f"request body is not acceptable JSON: {str(exc)[:200]}") from None
+
+
+# --- the pace of a body ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BodyPace:
+    """How fast a body must arrive: all of it by `grace_s` plus one second per `min_bytes_per_s` received."""
+
+    grace_s: float
+    min_bytes_per_s: float
+
+    def due(self, started: float, seen: int) -> float:
+        """When the next byte is due, `seen` bytes into a body whose reading began at `started`."""
+        return started + self.grace_s + seen / self.min_bytes_per_s
+
+
+class BodyTooSlow(RequestTimeout):
+    """408: the body fell behind its pace (the API answers it in its JSON shape, web/errors.py)."""
+
+    description = "the request body arrived too slowly"
+
+
+class PacedInput:
+    """A WSGI input stream that must keep its `BodyPace`, or raises BodyTooSlow.
+
+    Checked before every read; with `sock` (the connection, under gunicorn) a watchdog also shuts the
+    connection's reading side when the body falls behind, which ends a read blocked in `recv`, and a
+    socket timeout ends one too. Either way the read raises BodyTooSlow. `close` stops the watchdog; it
+    must be called when the request is done (`PacedBodies`), so it never touches the connection's next
+    request.
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        pace: BodyPace,
+        sock: socket.socket | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stream = stream
+        self._pace = pace
+        self._sock = sock
+        self._clock = clock
+        self._started = clock()
+        self._seen = 0
+        self._late = False
+        self._done = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        if sock is not None:
+            self._arm(pace.due(self._started, 0) - self._started)
+
+    # The watchdog: re-armed for the new due time while the body keeps pace, else it shuts reading down.
+    def _arm(self, delay: float) -> None:
+        timer = threading.Timer(max(delay, 0.0), self._watch)
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _watch(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            remaining = self._pace.due(self._started, self._seen) - self._clock()
+            if remaining > 0:
+                self._arm(remaining)
+                return
+            self._late = True
+            if self._sock is not None:
+                with contextlib.suppress(OSError):  # the client is gone already
+                    self._sock.shutdown(socket.SHUT_RD)
+
+    def _check(self) -> float:
+        """When the bytes of the coming read are due; BodyTooSlow if that has passed already."""
+        due = self._pace.due(self._started, self._seen)
+        if self._late or self._clock() >= due:
+            self._late = True
+            raise BodyTooSlow
+        return due
+
+    def _account(self, data: bytes, due: float) -> bytes:
+        self._seen += len(data)
+        if self._late or self._clock() > due:
+            # Arrived after it was due (or after the watchdog stopped the read: then not the whole body).
+            self._late = True
+            raise BodyTooSlow
+        return data
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        due = self._check()
+        try:
+            data = self._stream.read() if size is None or size < 0 else self._stream.read(size)
+        except (TimeoutError, OSError, ValueError) as exc:
+            if self._late or isinstance(exc, TimeoutError):
+                self._late = True
+                raise BodyTooSlow from None
+            raise
+        except Exception:
+            if self._late:  # the server's reader saw the connection end under it
+                raise BodyTooSlow from None
+            raise
+        return self._account(data, due)
+
+    def readline(self, size: int | None = -1, /) -> bytes:
+        due = self._check()
+        try:
+            data = self._stream.readline() if size is None or size < 0 else self._stream.readline(size)
+        except Exception:
+            if self._late:
+                raise BodyTooSlow from None
+            raise
+        return self._account(data, due)
+
+    def readlines(self, hint: int = -1, /) -> list[bytes]:
+        return list(iter(self.readline, b""))
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.readline, b"")
+
+    def close(self) -> None:
+        with self._lock:
+            self._done = True
+            if self._timer is not None:
+                self._timer.cancel()
+
+
+def _has_body(environ: dict[str, Any]) -> bool:
+    length = environ.get("CONTENT_LENGTH")
+    if length:
+        return length.strip() not in ("", "0")
+    return "chunked" in str(environ.get("HTTP_TRANSFER_ENCODING", "")).lower()
+
+
+class PacedBodies:
+    """WSGI middleware: every request body is read through a `PacedInput`, and under gunicorn every send and
+    receive on the connection is bounded by `send_timeout_s`."""
+
+    def __init__(self, app: Any, pace: BodyPace, send_timeout_s: float) -> None:
+        self.app = app
+        self.pace = pace
+        self.send_timeout_s = send_timeout_s
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        sock = environ.get("gunicorn.socket")
+        if not isinstance(sock, socket.socket):
+            sock = None
+        if sock is not None:
+            sock.settimeout(self.send_timeout_s)
+        if not _has_body(environ) or "wsgi.input" not in environ:
+            return self.app(environ, start_response)  # type: ignore[no-any-return]
+        paced = PacedInput(environ["wsgi.input"], self.pace, sock)
+        environ["wsgi.input"] = paced
+        try:
+            return self.app(environ, start_response)  # type: ignore[no-any-return]
+        finally:
+            # The body is read (or never will be) once the app has answered: a streamed response reads none.
+            paced.close()

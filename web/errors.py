@@ -18,7 +18,7 @@ from typing import Any
 
 import kombu.exceptions
 import redis.exceptions
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, abort, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from models import database_unreachable
@@ -200,6 +200,7 @@ _HTTP_TYPES = {
     401: AUTHENTICATION,
     404: NOT_FOUND,
     405: METHOD_NOT_ALLOWED,
+    408: INVALID_REQUEST,
     409: CONFLICT,
     413: TOO_LARGE,
     415: UNSUPPORTED_MEDIA,
@@ -211,6 +212,10 @@ _HTTP_MESSAGES = {
     400: "bad request",
     404: "no such endpoint",
     405: "method not allowed on this endpoint",
+    408: (
+        "the request body arrived too slowly (FACTGATE_BODY_MIN_BYTES_PER_S after FACTGATE_BODY_GRACE_S); "
+        "send it again"
+    ),
     413: "request body too large",
     415: "unsupported content type",
 }
@@ -233,9 +238,32 @@ def _refuse_long_urls() -> None:
         )
 
 
+def _nul_in_url() -> str | None:
+    """Where the URL holds a NUL character (`%00`): "path", or the query parameter's name."""
+    if "\x00" in request.path:
+        return "path"
+    for name, value in request.args.items(multi=True):
+        if "\x00" in name or "\x00" in value:
+            return name.replace("\x00", "") or "query"
+    return None
+
+
+def _refuse_nul() -> None:
+    """A NUL character in the path or the query is refused before any view runs: no id, name or date holds
+    one, and Postgres refuses it in any text it is sent, so it would otherwise fail in the query, a 500."""
+    where = _nul_in_url()
+    if where is None:
+        return
+    message = f"the URL holds a NUL character (%00) in {'the path' if where == 'path' else where}"
+    if not _wants_json():
+        abort(400, description=message)
+    raise invalid(message, field=where)
+
+
 def register_error_handlers(app: Flask) -> None:
     """JSON for ApiError everywhere, and for Flask's own HTTP errors on API paths."""
     app.before_request(_refuse_long_urls)
+    app.before_request(_refuse_nul)
 
     @app.errorhandler(ApiError)
     def _api_error(err: ApiError) -> Response:

@@ -26,6 +26,18 @@ from web.raw_errors import install_json_errors
 
 worker_class = "gthread"
 logger_class = "web.access_log.AccessLogger"
+# Slow clients, and what bounds them. A gthread worker's main thread accepts connections, waits for a new or
+# kept-alive connection's first bytes in its poller (not in a request thread) and notifies the arbiter
+# whatever its request threads are doing, so `timeout` only restarts a worker whose main loop is stuck.
+# A request thread is bounded by the app instead (web/body.py:PacedBodies): a body must keep
+# FACTGATE_BODY_MIN_BYTES_PER_S after FACTGATE_BODY_GRACE_S (else 408), every send and receive on the
+# connection must progress within FACTGATE_SEND_TIMEOUT_S, the pages refuse a request without a session
+# before reading its body, and each tenant streams at most FACTGATE_MAX_EXPORTS_PER_TENANT exports at once.
+# gunicorn itself drains at most 64 KiB of an unread body, for at most 5 s, before reusing a connection.
+timeout = 30
+graceful_timeout = 30
+# Seconds an idle kept-alive connection stays open in the poller.
+keepalive = 5
 # The largest request line gunicorn accepts; anything longer is a 414 in the API's JSON shape.
 limit_request_line = 8190
 

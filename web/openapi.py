@@ -15,6 +15,8 @@ from checks.options import CLAIMS_MODES
 from checks.pricing import KNOWN_MODELS
 from checks.recipes import kind_names, recipe_for
 from checks.usage import DEFAULT_DAYS as DEFAULT_USAGE_DAYS
+from checks.usage import FIRST_DAY as FIRST_USAGE_DAY
+from checks.usage import LAST_DAY as LAST_USAGE_DAY
 from checks.usage import MAX_DAYS as MAX_USAGE_DAYS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
 from jobs.serialize import job_schema
@@ -418,6 +420,15 @@ NDJSON_QUERY_PARAMS = [
     },
 ]
 
+EXPORTS_BUSY: dict[str, Any] = {
+    **_error(
+        "Type `quota_exceeded`, field `max_exports_per_tenant`: the tenant already has as many downloads "
+        "streaming as FACTGATE_MAX_EXPORTS_PER_TENANT allows (`limit`, `used`); try again after "
+        "`Retry-After` seconds."
+    ),
+    "headers": {"Retry-After": RETRY_AFTER_HEADER},
+}
+
 PATHS: dict[str, Any] = {
     "/v1/jobs": {
         "post": {
@@ -601,6 +612,7 @@ PATHS: dict[str, Any] = {
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
                 "410": JOB_PURGED,
+                "429": EXPORTS_BUSY,
                 "409": _error("The job's kind is not one this version knows (stored by another version)."),
             },
         }
@@ -620,6 +632,7 @@ PATHS: dict[str, Any] = {
                 "401": UNAUTHORIZED,
                 "404": JOB_NOT_FOUND,
                 "410": JOB_PURGED,
+                "429": EXPORTS_BUSY,
             },
         }
     },
@@ -701,7 +714,8 @@ PATHS: dict[str, Any] = {
             "description": (
                 "Summed from the per-attempt records of every job of the caller's tenant (never another "
                 "tenant's). Both dates are UTC days and both are included. Defaults: `to` today, `from` "
-                f"{DEFAULT_USAGE_DAYS} days up to `to`. At most {MAX_USAGE_DAYS} days at once."
+                f"{DEFAULT_USAGE_DAYS} days up to `to`. At most {MAX_USAGE_DAYS} days at once, between "
+                f"{FIRST_USAGE_DAY.isoformat()} and {LAST_USAGE_DAY.isoformat()}."
             ),
             "parameters": [
                 {
@@ -723,7 +737,8 @@ PATHS: dict[str, Any] = {
                     "content": {"application/json": {"schema": _ref("UsageReport")}},
                 },
                 "400": _error(
-                    "A date that is not YYYY-MM-DD or not a calendar day, `from` after `to`, a range over "
+                    "A date that is not YYYY-MM-DD, not a calendar day or out of range, `from` after `to`, a "
+                    "range over "
                     f"{MAX_USAGE_DAYS} days, or an unknown parameter (named in `field`)."
                 ),
                 "401": UNAUTHORIZED,
@@ -774,8 +789,10 @@ PATHS: dict[str, Any] = {
 
 COMMON_RESPONSES_NOTE = (
     "Every error has one shape (`Error`). Under /v1 a wrong method answers 405 and an unknown path 404, "
-    "both as JSON; a request line over 8,190 bytes is a 414, headers too large a 431, and an unexpected "
-    "failure a 500 — in the same JSON shape, whichever layer refuses the request. While the database "
+    "both as JSON; a NUL character (`%00`) anywhere in the path or the query is a 400 naming where "
+    "(`field`: `path` or the parameter), a request line over 8,190 bytes is a 414, headers too large a 431, "
+    "and an unexpected failure a 500 — in the same JSON shape, whichever layer refuses the request. While "
+    "the database "
     f"(or Redis) is unreachable, e.g. during a restart, every operation answers 503 "
     f"`service_unavailable_error` with `Retry-After: {RETRY_AFTER_S}`: try again then (a submission with an "
     "`Idempotency-Key` is safe to resend)."
@@ -783,6 +800,10 @@ COMMON_RESPONSES_NOTE = (
 
 # What any operation can answer besides its own responses: refusals that come before the view runs.
 COMMON_RESPONSES: dict[str, Any] = {
+    "400": _error(
+        "A NUL character (`%00`) in the path or the query (`invalid_request_error`; `field` is `path` or the "
+        "query parameter)."
+    ),
     "414": _error("The request line (method and URL) is longer than 8,190 bytes (`uri_too_long_error`)."),
     "431": _error("The request headers are too large (`header_fields_too_large_error`)."),
     "500": _error("An unexpected failure; the server log has the details (`server_error`)."),

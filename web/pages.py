@@ -40,6 +40,7 @@ from checks.recipes import kind_names
 from jobs.control import JobStateError, cancel_job, retry_failed
 from jobs.purge import delete_job
 from jobs.queries import get_job, list_jobs, lookup_request, parse_job_id
+from jobs.quotas import QuotaExceeded
 from jobs.retention import Retention
 from jobs.sessions import LiveSession, live_token, page_session_is_live
 from jobs.webhooks import DeliveryStateError, deliveries_of, redeliver, webhook_target
@@ -48,6 +49,7 @@ from web import page_session
 from web.auth import current_tenant
 from web.enqueue import enqueue_cancel, enqueue_purge
 from web.errors import outage_error, render
+from web.export_slots import ExportsBusy, export_response
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS, ndjson_lines, stream_job
 from web.pages_format import register_filters
 from web.pages_jobs import job_view, job_views, progress_payload
@@ -68,6 +70,9 @@ JSON_ENDPOINTS = frozenset({"pages.job_progress"})
 # Requests a page makes on its own (the progress poll): checked, but not activity for the idle timeout.
 BACKGROUND_ENDPOINTS = frozenset({"pages.job_progress"})
 LIST_LIMIT = 200
+# The sign-in form (a token and where to go next) is the one form read before a session exists: its body is
+# refused (413) past this, so it cannot be used to make the server read a large body unauthenticated.
+SIGN_IN_MAX_BYTES = 16 * 1024
 MAX_REQUEST_ID_CHARS = 200
 NDJSON_MIMETYPE = "application/x-ndjson"
 
@@ -105,15 +110,23 @@ def _safe_next(target: str | None) -> str:
 
 @pages.before_request
 def _guard() -> BaseResponse | None:
-    """CSRF on every state-changing form, then a live page session on every page but the sign-in page."""
-    if current_app.config.get("WTF_CSRF_ENABLED", True):
-        csrf.protect()
+    """A live page session on every page but the sign-in page, then CSRF on its state-changing forms.
+
+    The session is decided from the cookie alone, before a byte of the body is read: CSRF's token is a form
+    field, and reading the form of a page POST means reading all of a multipart body of up to
+    FACTGATE_MAX_BODY_BYTES, so checking it first let anyone hold a web thread by trickling a body to any
+    page. A request without a live session is refused with its body unread (the server drains a little of
+    it, bounded, or closes the connection). The sign-in form is the one form read without a session, and
+    its body is bounded to SIGN_IN_MAX_BYTES."""
     if request.endpoint in PUBLIC_ENDPOINTS:
+        request.max_content_length = SIGN_IN_MAX_BYTES
+        _check_csrf()
         return None
     found = page_session.current(activity=request.endpoint not in BACKGROUND_ENDPOINTS)
     if isinstance(found, LiveSession):
         g.tenant = found.tenant
         g.page_session_id = found.id
+        _check_csrf()
         return None
     message = "Sign in again."
     if found is not None:  # an ended session: forget it, and say why on the sign-in page
@@ -126,6 +139,12 @@ def _guard() -> BaseResponse | None:
         return resp
     target = request.full_path.rstrip("?") if request.method == "GET" else None
     return redirect(url_for("pages.sign_in", next=target))
+
+
+def _check_csrf() -> None:
+    """flask-wtf's check of a state-changing form's token (it reads the form: only after the session)."""
+    if current_app.config.get("WTF_CSRF_ENABLED", True):
+        csrf.protect()
 
 
 @pages.after_request
@@ -281,10 +300,10 @@ def job_retry(job_id: str) -> BaseResponse:
     sess = db_session()
     job = _job_or_404(job_id)
     try:
-        retried = retry_failed(sess, job)
-    except JobStateError as exc:
+        retried = retry_failed(sess, job, Retention.of(settings()))
+    except (JobStateError, QuotaExceeded) as exc:
         sess.rollback()
-        flash(str(exc), "error")
+        flash(f"{exc}.", "error")
         return redirect(url_for("pages.job_page", job_id=str(job.id)))
     if not retried:
         sess.rollback()
@@ -332,7 +351,9 @@ def _session_still_live() -> Callable[[Session], bool]:
 
 
 def _download(job: Job, body: Iterator[str], mimetype: str, filename: str) -> Response:
-    resp = Response(body, mimetype=mimetype)
+    """A streamed download holding one of the tenant's export slots (ExportsBusy, a 429 page, when none is
+    free: web/export_slots.py)."""
+    resp = export_response(body, mimetype)
     resp.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     resp.headers["X-Job-Status"] = job.status
     return resp
@@ -437,6 +458,12 @@ ERROR_TITLES = {
 def _csrf_error(exc: CSRFError) -> tuple[str, int]:
     message = "The form had expired or did not come from this site. Reload the page and try again."
     return render_template("error.html", code=400, title="Form not accepted", message=message), 400
+
+
+@pages.errorhandler(ExportsBusy)
+def _exports_busy(exc: ExportsBusy) -> tuple[str, int, dict[str, str]]:
+    page = render_template("error.html", code=429, title="Too many downloads at once", message=f"{exc}.")
+    return page, 429, {"Retry-After": str(exc.retry_after_s)}
 
 
 @pages.errorhandler(HTTPException)

@@ -6,7 +6,9 @@
 - `safe_href` is the only way data becomes a link target: http(s) URLs with a host, nothing else.
   A `javascript:` or `data:` URL from a search result is shown as plain text instead.
 - CSRF: flask-wtf checks a token on the pages' state-changing forms only (the pages blueprint calls
-  `protect()` itself); the JSON API under /v1 authenticates with bearer tokens, which a browser never
+  `protect()` itself, and only once the page session is known to be live: the token is a form field, and
+  reading the form means reading the whole body, which no request without a session may make the server
+  do — web/pages.py:_guard); the JSON API under /v1 authenticates with bearer tokens, which a browser never
   sends on its own, so it needs no CSRF token and stays exempt. Referer checking is off because the
   pages send `Referrer-Policy: no-referrer`; the session cookie's SameSite=Lax and the token carry it.
 - The session cookie is signed with `settings.secret_key`; without one (embedded mode, development) a

@@ -249,7 +249,7 @@ def purge_job(
     while True:
         started = clock()
         with session_scope(ctx.sessions) as session:
-            step = purge_step(session, job_id)
+            step = purge_step(session, job_id, retention=Retention.of(ctx.settings))
         if not step:
             return removed
         removed += step

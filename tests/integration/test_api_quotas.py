@@ -6,15 +6,19 @@ is used and when it resets — and nothing is stored."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from jobs.quotas import next_day, next_month
+from jobs.control import cancel_job
+from jobs.finalize import maybe_finalize
+from jobs.quotas import live_jobs_of, next_day, next_month
 from jobs.tenancy import set_tenant
-from models import ApiCall, Tenant, session_scope, utcnow
+from models import ApiCall, Job, Tenant, session_scope, utcnow
 from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     ROWS,
     Caller,
@@ -22,6 +26,7 @@ from tests.integration.web_fixtures import (  # noqa: F401 - fixtures
     caller,
     memory_celery,
     ndjson,
+    settle_items,
     web,
     web_settings,
 )
@@ -124,3 +129,67 @@ def other_caller_spends(web: WebEnv) -> None:
     _spend(web, other, 1_000.0)
     with session_scope(web.sessions) as s:
         assert s.get(Tenant, other.tenant_id) is not None
+
+
+def _submit_at_once(web: WebEnv, caller: Caller, n: int) -> list[int]:
+    """`n` NDJSON submissions of `caller` sent together from `n` threads, each with its own client, against
+    the app on the real Postgres; their statuses."""
+    start = threading.Barrier(n)
+
+    def submit(_: int) -> int:
+        client = web.app.test_client()
+        start.wait()
+        resp = client.post(
+            "/v1/jobs",
+            query_string={"kind": "claims"},
+            data=ndjson(ROWS),
+            headers=caller.ndjson_headers(),
+        )
+        return resp.status_code
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(submit, range(n)))
+
+
+def _live_jobs(web: WebEnv, caller: Caller) -> int:
+    with web.sessions() as s:
+        return live_jobs_of(s, caller.tenant_id)
+
+
+def test_twenty_submissions_at_once_store_one_job_under_a_limit_of_one(web: WebEnv, caller: Caller) -> None:
+    _set(web, caller, max_active_jobs=1)
+    statuses = _submit_at_once(web, caller, 20)
+    assert sorted(statuses) == [202] + [429] * 19
+    assert _live_jobs(web, caller) == 1
+
+
+def test_submissions_at_once_fill_a_limit_of_three_exactly(web: WebEnv, caller: Caller) -> None:
+    _set(web, caller, max_active_jobs=3)
+    statuses = _submit_at_once(web, caller, 12)
+    assert sorted(statuses) == [202] * 3 + [429] * 9
+    assert _live_jobs(web, caller) == 3
+
+
+def test_a_retry_counts_against_the_live_job_limit(web: WebEnv, caller: Caller) -> None:
+    _set(web, caller, max_active_jobs=1)
+    ended = web.submit(caller, mode="grounded")["id"]
+    settle_items(
+        web.sessions,
+        ended,
+        {("c1", "grounded"): 0.9, ("c2", "grounded"): ("failed", "upstream 503"), ("c3", "grounded"): 0.2},
+    )
+    with session_scope(web.sessions) as s:
+        assert maybe_finalize(s, uuid.UUID(ended))
+    live = web.submit(caller)["id"]  # the one live job the limit allows
+    resp = web.client.post(f"/v1/jobs/{ended}/retry", headers=caller.headers)
+    assert resp.status_code == 429, resp.get_json()
+    err = resp.get_json()["error"]
+    assert err["type"] == "quota_exceeded" and err["field"] == "max_active_jobs" and err["used"] == 1
+    assert "retry when one has ended" in err["message"]
+    assert web.job(ended).status == "completed"
+    with session_scope(web.sessions) as s:
+        job = s.get(Job, uuid.UUID(live))
+        assert job is not None and cancel_job(s, job)
+    with session_scope(web.sessions) as s:
+        assert maybe_finalize(s, uuid.UUID(live))  # cancelled: no longer live
+    assert web.client.post(f"/v1/jobs/{ended}/retry", headers=caller.headers).status_code == 202

@@ -72,11 +72,14 @@ def rows_of(web: WebEnv, job_id: str) -> dict[str, int]:
         }
 
 
-def purge_all(web: WebEnv, job_id: str, limit: int) -> list[int]:
+def purge_all(
+    web: WebEnv, job_id: str, limit: int, retention: Retention | None = None, now: datetime | None = None
+) -> list[int]:
     steps: list[int] = []
+    policy: dict[str, Any] = {"retention": retention, "now": now} if retention or now else {}
     while not steps or steps[-1]:
         with session_scope(web.sessions) as s:
-            steps.append(purge_step(s, uuid.UUID(job_id), limit))
+            steps.append(purge_step(s, uuid.UUID(job_id), limit, **policy))
     return steps
 
 
@@ -186,7 +189,9 @@ def test_retention_purges_items_keeps_the_summary_then_removes_the_row(web: WebE
         # An operator maximum below the tenant's own days wins.
         assert uuid.UUID(jid) in purge_queue(s, Retention(1, 1), ended + timedelta(days=1, hours=1)).expire
     usage_before = usage_now(web, caller)
-    purge_all(web, jid, 1000)
+    assert purge_all(web, jid, 1000, policy, ended + timedelta(days=1)) == [0]  # not yet: nothing goes
+    assert rows_of(web, jid) == {"jobs": 1, "items": 3, "api_calls": 3, "webhooks": 0}
+    purge_all(web, jid, 1000, policy, ended + timedelta(days=3))
     assert rows_of(web, jid) == {"jobs": 1, "items": 0, "api_calls": 0, "webhooks": 0}
     purged = web.client.get(f"/v1/jobs/{jid}", headers=caller.headers).get_json()
     assert purged["status"] == "completed" and purged["purged_at"] is not None
@@ -210,6 +215,77 @@ def test_retention_purges_items_keeps_the_summary_then_removes_the_row(web: WebE
     assert web.client.get(f"/v1/jobs/{jid}", headers=caller.headers).status_code == 404
     assert purge_all(web, jid, 1000) == [1, 0]
     assert rows_of(web, jid)["jobs"] == 0
+
+
+def _ended_days_ago(web: WebEnv, job_id: str, days: int) -> datetime:
+    """Move the job's end `days` days into the past (retention is counted from it); the new end."""
+    ended = datetime.now(UTC) - timedelta(days=days)
+    with session_scope(web.sessions) as s:
+        job = s.get(Job, uuid.UUID(job_id))
+        assert job is not None and job.status == "completed"
+        job.completed_at = ended
+    return ended
+
+
+def test_a_retry_is_refused_once_the_job_is_past_its_retention(web: WebEnv, caller: Caller) -> None:
+    """The purge queues a job past its retention and deletes it in batches: a retry then (between two
+    batches here) would run a job with rows missing, so it is a 409 and the job stays as it was."""
+    with session_scope(web.sessions) as s:
+        set_tenant(s, caller.tenant_name, retention_days=2)
+    jid = ended_job(web, caller)
+    _ended_days_ago(web, jid, 3)
+    with session_scope(web.sessions) as s:
+        assert uuid.UUID(jid) in purge_queue(s, Retention()).expire
+    with session_scope(web.sessions) as s:
+        assert purge_step(s, uuid.UUID(jid), 1) == 1  # the purge has begun: one call rolled up
+    resp = web.client.post(f"/v1/jobs/{jid}/retry", headers=caller.headers)
+    assert resp.status_code == 409, resp.get_json()
+    err = resp.get_json()["error"]
+    assert err["type"] == "conflict_error"
+    assert "past its retention of 2 days" in err["message"] and "being purged" in err["message"]
+    assert web.job(jid).status == "completed"
+    assert rows_of(web, jid)["items"] == 3  # no failed item went back to pending
+    with web.sessions() as s:
+        statuses = sorted(s.scalars(select(Item.status).where(Item.job_id == uuid.UUID(jid))))
+    assert statuses == ["done", "done", "failed"]
+    # The page says the same.
+    sign_in(web.client, caller)
+    token = csrf_token(web.client, f"/jobs/{jid}")
+    web.client.post(f"/jobs/{jid}/retry", data={"csrf_token": token})
+    assert "being purged" in html(web.client.get(f"/jobs/{jid}"))
+    assert web.job(jid).status == "completed"
+    # A job within its retention is retried as before.
+    fresh = ended_job(web, caller)
+    assert web.client.post(f"/v1/jobs/{fresh}/retry", headers=caller.headers).status_code == 202
+
+
+def test_the_purge_rechecks_expiry_per_step_and_spares_a_job_that_ended_again(
+    web: WebEnv, caller: Caller
+) -> None:
+    """What the queue read is not trusted: a job that is no longer past its retention when a step runs (here
+    it ended again, as a retry that raced the queue would leave it; or its tenant's retention was raised) is
+    left whole."""
+    with session_scope(web.sessions) as s:
+        set_tenant(s, caller.tenant_name, retention_days=2)
+    jid = ended_job(web, caller)
+    _ended_days_ago(web, jid, 3)
+    with session_scope(web.sessions) as s:
+        assert uuid.UUID(jid) in purge_queue(s, Retention()).expire
+    _ended_days_ago(web, jid, 0)  # completed again since the queue was read
+    assert purge_all(web, jid, 1) == [0]
+    assert rows_of(web, jid) == {"jobs": 1, "items": 3, "api_calls": 3, "webhooks": 0}
+    assert web.job(jid).purged_at is None
+    # Past its retention again, but the tenant now keeps jobs longer: still spared.
+    _ended_days_ago(web, jid, 3)
+    with session_scope(web.sessions) as s:
+        set_tenant(s, caller.tenant_name, retention_days=7)
+    assert purge_all(web, jid, 1) == [0]
+    assert rows_of(web, jid) == {"jobs": 1, "items": 3, "api_calls": 3, "webhooks": 0}
+    # Once truly past it, the purge goes ahead.
+    _ended_days_ago(web, jid, 8)
+    purge_all(web, jid, 1000)
+    assert rows_of(web, jid) == {"jobs": 1, "items": 0, "api_calls": 0, "webhooks": 0}
+    assert web.job(jid).purged_at is not None
 
 
 def test_expires_at_follows_the_default_and_is_null_while_live(web: WebEnv, caller: Caller) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,8 @@ def test_the_purge_removes_a_jobs_lists_and_no_others(db: Session) -> None:
     settle(db, kept)
     db.execute(update(Job).where(Job.id == gone.id).values(status="completed", completed_at=utcnow()))
     steps = 0
-    while purge_step(db, gone.id, limit=1):
+    expired = utcnow() + timedelta(days=31)  # past the default retention of 30 days
+    while purge_step(db, gone.id, limit=1, now=expired):
         steps += 1
     # 4 calls, 4 items, 2 lists, then purged_at: one row a step. The job row stays (purged, not deleted),
     # so no cascade removed the lists: the purge did.

@@ -216,6 +216,10 @@ def test_a_range_of_366_days_is_the_most(web: WebEnv, caller: Caller) -> None:
         ("from=yesterday", "from", "YYYY-MM-DD"),
         ("from=2025-03-05&to=2025-03-01", "from", "is after to"),
         ("from=2024-01-01&to=2025-01-01", "from", "at most 366"),
+        # The ends of the calendar: the query reads the day after `to`, the default `from` is 30 days before.
+        ("from=9999-12-30&to=9999-12-31", "from", "from 1970-01-01 to 9998-12-31"),
+        ("to=0001-01-05", "to", "from 1970-01-01 to 9998-12-31"),
+        ("to=9999-12-31", "to", "from 1970-01-01 to 9998-12-31"),
         ("from=2025-03-01&tenant=other", "tenant", "unknown query parameter"),
     ],
 )

@@ -21,6 +21,7 @@ from sqlalchemy import select, update
 
 from jobs.control import cancel_job, retry_failed
 from jobs.finalize import maybe_finalize
+from jobs.retention import Retention
 from jobs.serialize import job_model
 from jobs.tenancy import set_tenant
 from jobs.webhooks import (
@@ -128,7 +129,7 @@ def test_the_tenant_default_url_cancelled_and_retried_jobs(web: WebEnv, caller: 
     # Retrying the failed item and ending again is a new message, with a new id.
     with session_scope(web.sessions) as session:
         job = session.get(Job, uuid.UUID(failed_item))
-        assert job is not None and retry_failed(session, job) == 1
+        assert job is not None and retry_failed(session, job, Retention()) == 1
     settle(web.sessions, failed_item, {("w2", "grounded"): claim_output(0.1, "wh-retry")})
     finalize(web.sessions, failed_item)
     again = deliveries(web, failed_item)

@@ -40,7 +40,7 @@ def run(
     clock = Clock()
     script = iter(batches)
 
-    def step(_session: object, _job_id: uuid.UUID) -> int:
+    def step(_session: object, _job_id: uuid.UUID, **_policy: object) -> int:
         rows, took = next(script)
         clock.now += took
         return rows

@@ -44,6 +44,10 @@ def test_a_single_day_and_the_longest_range() -> None:
         (None, "2026-03-01", None),  # fine: from defaults to 30 days before
         ("2030-01-01", None, "from"),  # after today, the default `to`
         ("2025-03-14", "2026-03-15", "from"),  # 367 days
+        ("9999-12-30", "9999-12-31", "from"),  # the day after `to` is no date
+        (None, "0001-01-05", "to"),  # nor are the 30 days before it
+        ("1969-12-31", "1970-01-01", "from"),
+        (None, "1970-01-05", None),  # fine: the default `from` stops at the first day
     ],
 )
 def test_bad_ranges_name_the_parameter(raw_from: str | None, raw_to: str | None, field: str | None) -> None:
