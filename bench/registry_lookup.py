@@ -51,7 +51,7 @@ LINE = {
 
 def _item(stage: str, kind: str) -> ClaimedItem:
     return ClaimedItem(id=1, job_id=uuid.uuid4(), tenant_id=uuid.uuid4(), stage=stage, mode="", custom_id="a",
-                       input={"kind": kind}, token=1, options={}, dedupe_key=None)  # fmt: skip
+                       input={"kind": kind}, token=1, options={}, dedupe_key=None, kind=kind)  # fmt: skip
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from checks.answer_labels import Label
-from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract
+from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract, Usage
 from checks.packing_audit import PackingAudit
 
 __all__ = [
@@ -242,7 +242,7 @@ class CitationsResult(Contract):
     request_ids: list[str] = Field(
         default_factory=list, description="Every upstream request id of the answer."
     )
-    usage: dict[str, object] | None = None
+    usage: Usage | None = None
     report: CitationReport | None = None
 
 

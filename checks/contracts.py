@@ -13,9 +13,26 @@ fields added later get defaults, so older rows still load.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+import functools
+from collections.abc import Mapping
+from typing import Any, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    JsonValue,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 ItemStatusName = Literal["pending", "running", "done", "failed", "skipped"]
 SCHEMA_REF = "#/components/schemas/{model}"
@@ -23,6 +40,14 @@ SCHEMA_REF = "#/components/schemas/{model}"
 
 # Validation context of `Contract.read`: unknown fields are dropped instead of refused.
 _TOLERANT = "tolerant_reader"
+
+
+@functools.cache
+def _known_names(model: type[BaseModel]) -> frozenset[str]:
+    """A contract's field names and aliases (asked for every record `read` validates)."""
+    return frozenset(
+        name for field, spec in model.model_fields.items() for name in (field, spec.alias) if name is not None
+    )
 
 
 class Contract(BaseModel):
@@ -39,11 +64,9 @@ class Contract(BaseModel):
             return data
         if cls.model_config.get("extra") != "forbid":
             return data  # a StoredContract keeps what it does not know
-        known: set[str] = set()
-        for name, spec in cls.model_fields.items():
-            known.add(name)
-            if spec.alias:
-                known.add(spec.alias)
+        known = _known_names(cls)
+        if known.issuperset(data):
+            return data
         return {k: v for k, v in data.items() if k in known}
 
     @classmethod
@@ -63,9 +86,90 @@ class StoredContract(Contract):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+class StageRecord(Contract):
+    """What a stage stores in an item's input or output, and the parts of a report built from them.
+
+    It dumps the fields it was given and no others, in the order they were given, at every depth: a stage
+    writes some fields only in some outcomes (an `error` only when it failed), JSON kept as text (SQLite)
+    shows its key order, and a row read back and written again must stay the row it was. Fields given
+    later with `model_copy(update=...)` follow, in that order. Unknown fields are refused where a record is
+    written (a renamed key fails there, and under mypy); `read` ignores the fields a newer version added."""
+
+    _given_order: tuple[str, ...] = PrivateAttr(default=())
+
+    # These hooks run for every record of every stage and report: they read `__pydantic_private__` and
+    # `__pydantic_fields_set__` directly rather than through pydantic's attribute lookup.
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        record = handler(data)
+        if type(data) is dict:
+            record.__pydantic_private__["_given_order"] = tuple(data)
+        return record
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            # A record made with `model_construct` has no order of its own: its fields' is used.
+            fields = type(self).model_fields
+            given = self._given_order or tuple(k for k in fields if k in self.model_fields_set)
+            copy._given_order = (*given, *(k for k in update if k not in given))
+        return copy
+
+    @model_serializer(mode="wrap")
+    def _given_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        given = self.__pydantic_fields_set__
+        order: tuple[str, ...] = cast("dict[str, Any]", self.__pydantic_private__)["_given_order"]
+        if not order:
+            return {k: v for k, v in data.items() if k in given}
+        out = {k: data[k] for k in order if k in data}  # a key given is a field set (unknown ones dropped)
+        if len(out) < len(given):
+            out.update((k, v) for k, v in data.items() if k in given and k not in out)
+        return out
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The published schema is the fields' own (the serializer above only leaves out those not given).
+        fields_only = cast("CoreSchema", {k: v for k, v in core_schema.items() if k != "serialization"})
+        return handler(fields_only)
+
+
+class QuestionInput(StageRecord):
+    """The input of a question kind's entry item (`answer`, `quote`): the kind and the question."""
+
+    kind: str
+    question: str
+
+
+class IncompleteStep(StageRecord):
+    """One entry of a report's `incomplete_steps` (docs/spec.md §6.3): which step, where (a sentence, the
+    flagged sentences, a result), what became of it, and a sentence for people (pages, CSV and the CLI show
+    `message` as it is). The answer and quote kinds also say the error and the request ids; citations
+    does not, so each kind's entries keep the fields it gives (`checks.stage_steps.incomplete_step`)."""
+
+    step: str
+    sentence: int | None = None
+    sentences: list[int] | None = None
+    result: int | None = None
+    status: str
+    error: str | None = None
+    request_ids: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
 class Cutoffs(Contract):
     supported_min: float
     contradicted_max: float
+
+
+# Every upstream request id of a report: a list (quote, citations) or lists by endpoint (answer: agent,
+# decisions); null in reports stored before they were kept.
+RequestIds = list[str] | dict[str, list[str]] | None
+# An item's or a question's summed usage (jobs/usage.py): counts and seconds and dollars.
+Usage = dict[str, int | float]
 
 
 class ReportHead(StoredContract):
@@ -83,11 +187,11 @@ class ReportHead(StoredContract):
         "quoted, no_answer, failed, skipped, incomplete).",
     )
     error: str | None = None
-    incomplete_steps: list[Any] = Field(default_factory=list)
+    incomplete_steps: list[IncompleteStep] = Field(default_factory=list)
     model_note: str | None = None
-    request_ids: Any = None
-    usage: dict[str, Any] | None = None
-    summary: dict[str, Any] = Field(default_factory=dict)
+    request_ids: RequestIds = None
+    usage: Usage | None = None
+    summary: dict[str, JsonValue] = Field(default_factory=dict)
 
     @field_validator("incomplete_steps", "summary", mode="before")
     @classmethod

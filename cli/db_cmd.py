@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from config import Settings
+
+if TYPE_CHECKING:  # the CLI imports SQLAlchemy only in the commands that use the database
+    from sqlalchemy.orm import Session, sessionmaker
 
 
 @click.group()
@@ -33,7 +38,7 @@ def db_downgrade(revision: str) -> None:
     click.echo(f"database at {revision}")
 
 
-def cli_sessions() -> object:
+def cli_sessions() -> sessionmaker[Session]:
     from models import make_engine, make_session_factory
 
     settings = Settings.from_env()
@@ -57,7 +62,7 @@ def tokens_create(tenant: str, name: str | None) -> None:
     from jobs.tenancy import create_token
     from models import session_scope
 
-    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:
         issued = create_token(session, tenant, name)
     click.echo(issued.token)
     click.echo(
@@ -74,7 +79,7 @@ def tokens_list(tenant: str | None) -> None:
     from jobs.tenancy import list_tokens
     from models import session_scope
 
-    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:
         rows = list_tokens(session, tenant)
     for t in rows:
         state = f"revoked {t.revoked_at:%Y-%m-%d}" if t.revoked_at else "active"
@@ -90,7 +95,7 @@ def tokens_revoke(token_id_or_prefix: str) -> None:
     from jobs.tenancy import revoke_token
     from models import session_scope
 
-    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:
         n = revoke_token(session, token_id_or_prefix)
         ended = end_sessions_of_revoked_tokens(session) if n else 0
     if not n:

@@ -151,7 +151,7 @@ def _incomplete_lines(report: ReportHead, headline: str) -> list[str]:
     out = [headline]
     steps = report.incomplete_steps
     for step in steps:
-        out.append(f"  missing: {step.get('message') or step.get('step')}")
+        out.append(f"  missing: {step.message or step.step}")
     if not steps:  # a report built before steps were named: its errors are all there is
         out.extend(f"  missing: {error}" for error in _extra(report).get("errors") or [])
     return out
@@ -207,8 +207,8 @@ def answer_lines(line: AnswerResult) -> list[str]:
         f"replaced {summary.get('replaced', 0)}  decisions requests {summary.get('decisions_requests', 0)}  "
         f"input tokens {summary.get('decisions_input_tokens', 0):,}  seconds {summary.get('seconds', 0)}"
     )
-    before = summary.get("before") or {}
-    after = summary.get("after") or {}
+    labels = [summary.get("before"), summary.get("after")]
+    before, after = (counts if isinstance(counts, dict) else {} for counts in labels)
     if before or after:
         out.append(f"labels before review: {_counts(before)}; after: {_counts(after)}")
     if not incomplete:

@@ -80,7 +80,7 @@ def tenants_list() -> None:
     from jobs.tenancy import list_tenants
     from models import session_scope
 
-    with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+    with session_scope(cli_sessions()) as session:
         rows = list_tenants(session)
     if not rows:
         click.echo("no tenants yet; `factgate tokens create NAME` creates one", err=True)
@@ -98,7 +98,7 @@ def tenants_show(name: str) -> None:
 
     now = utcnow()
     try:
-        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+        with session_scope(cli_sessions()) as session:
             info = tenant_info(session, name)
             today = spend_since(session, info.id, day_start(now))
             month = spend_since(session, info.id, month_start(now))
@@ -227,7 +227,7 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
         except KeyringError as exc:
             raise InputError(str(exc)) from None
     try:
-        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+        with session_scope(cli_sessions()) as session:
             info = set_tenant(
                 session,
                 name,
@@ -268,7 +268,7 @@ def tenants_delete(name: str, yes: bool) -> None:
     if not yes:
         click.confirm(f"Remove tenant {name!r} and purge all its jobs? This cannot be undone", abort=True)
     try:
-        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+        with session_scope(cli_sessions()) as session:
             done = delete_tenant(session, name)
     except TenantNotFoundError as exc:
         raise InputError(str(exc)) from None
@@ -305,7 +305,7 @@ def tenants_webhook_secret(name: str, rotate: bool) -> None:
 
     try:
         keyring = keyring_for(Settings.from_env())
-        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+        with session_scope(cli_sessions()) as session:
             info = tenant_info(session, name)
             if rotate:
                 secret = rotate_webhook_secret(session, info.id, keyring)
@@ -333,7 +333,7 @@ def tenants_rotate_keys() -> None:
 
     try:
         keyring = keyring_for(Settings.from_env())
-        with session_scope(cli_sessions()) as session:  # type: ignore[arg-type]
+        with session_scope(cli_sessions()) as session:
             n = rotate_tenant_keys(session, keyring)
     except KeyringError as exc:
         raise InputError(str(exc)) from None

@@ -106,7 +106,7 @@ class Settings:
     # Tries per item that may reach upstream (across leases and transient failures); then it fails.
     max_item_attempts: int = 4
     sweep_interval_s: float = 15.0
-    worker_concurrency: int = 32
+    worker_concurrency: int = 64
     # How much a server-mode worker process lowers its own CPU priority (nice increment; 0 keeps it): batch
     # work gives way to the web and the database on a host it shares with them (workers/priority.py).
     worker_nice: int = 3
@@ -256,7 +256,7 @@ class Settings:
             lease_s=_int(e, "FACTGATE_LEASE_S", 300),
             max_item_attempts=_int(e, "FACTGATE_MAX_ITEM_ATTEMPTS", 4),
             sweep_interval_s=_float(e, "FACTGATE_SWEEP_INTERVAL_S", 15.0),
-            worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 32),
+            worker_concurrency=_int(e, "FACTGATE_WORKER_CONCURRENCY", 64),
             worker_nice=_int(e, "FACTGATE_WORKER_NICE", 3),
             retention_days=_int(e, "FACTGATE_RETENTION_DAYS", 30),
             retention_max_days=_int(e, "FACTGATE_RETENTION_MAX_DAYS", 365),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from sqlalchemy import CursorResult, text
 from sqlalchemy.orm import Session
@@ -33,7 +33,7 @@ from checks.citation_formats import format_note
 from checks.citation_passages import plan_sentences
 from checks.citation_rows import CitationRow, stream_citation_rows
 from checks.citation_verdicts import judge, metrics_of
-from checks.contracts import ItemStatusName
+from checks.contracts import IncompleteStep, ItemStatusName
 from checks.kinds.citations import (
     AUDIT_STAGE,
     ENTRY_STAGE,
@@ -47,6 +47,7 @@ from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.packing import PackPlace, flash_warning, group_sentences
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.recipes import RowLimits
+from checks.stage_steps import StepPlace, incomplete_step, step_counts
 from jobs import bulk_load
 from jobs.intake import UnitSpec
 from jobs.kinds import Staged
@@ -343,9 +344,10 @@ def _review(item: Item | None, outcome: str | None) -> CitationReview:
     )
 
 
-def _step(step: str, status: str, message: str, **where: object) -> dict[str, object]:
-    """One entry of `incomplete_steps` (the answer kind's shape, docs/spec.md §6.3)."""
-    return {"step": step, **where, "status": status, "message": message}
+def _step(step: str, status: str, message: str, **place: Unpack[StepPlace]) -> IncompleteStep:
+    """One entry of `incomplete_steps` (docs/spec.md §6.3), without the error and request ids the answer
+    kind's entries add."""
+    return incomplete_step(step, status, message, detail=False, **place)
 
 
 def build_report(
@@ -382,7 +384,7 @@ def build_report(
     audit_items = _by_stage(children, AUDIT_STAGE)
     sentences = _judged(sentence_items, cutoffs, entry)
     rewrites = {int(c.input["sentence_number"]): c for c in children if c.stage == REWRITE_STAGE}
-    steps: list[dict[str, object]] = [
+    steps: list[IncompleteStep] = [
         _step(
             "score",
             s.status,
@@ -441,7 +443,7 @@ def build_report(
         "not_reviewed": sum(1 for r in reviews if r.outcome == gate.NOT_REVIEWED),
         "failed_sentences": sum(1 for s in sentences if s.label is None),
         "failed_reviews": sum(1 for c in rewrites.values() if c.status != "done"),
-        "incomplete_steps": _counts(str(s["step"]) for s in steps),
+        "incomplete_steps": step_counts(steps),
         "metrics": metrics.dump(),
         "cutoffs": cutoffs.dump(),
     }
@@ -457,10 +459,3 @@ def build_report(
         "errors": [f"sentence {s.number} {s.status}: {s.error}" for s in sentences if s.label is None],
     }
     return head.model_copy(update=done).dump()
-
-
-def _counts(names: Iterable[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    return counts

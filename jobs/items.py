@@ -57,8 +57,8 @@ _REQUEST_ID_CHARS = 128
 _ERROR_CHARS = 4_000
 
 
-# Job id -> (tenant id, options). Both are fixed at intake, so a worker reads them once per job.
-_JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any]]] = {}
+# Job id -> (tenant id, options, kind). All are fixed at intake, so a worker reads them once per job.
+_JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any], str]] = {}
 _JOB_STATIC_MAX = 1_024
 # What the one-statement operations run on: a session, or — cheaper, for a statement on its own — a
 # connection in autocommit (jobs/driver.py:statement_scope): `Executor`.
@@ -300,24 +300,24 @@ def item_usage(session: Session, item_id: int) -> ItemUsage:
     )
 
 
-_JOB_STATIC_SQL = "SELECT tenant_id, options FROM jobs WHERE id = %(job_id)s"
+_JOB_STATIC_SQL = "SELECT tenant_id, options, kind FROM jobs WHERE id = %(job_id)s"
 
 
-def _job_static(session: Executor, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any]]:
+def _job_static(session: Executor, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any], str]:
     hit = _JOB_STATIC.get(job_id)
     if hit is None:
         if isinstance(session, DriverConnection):
             row = on_driver(session, _JOB_STATIC_SQL, {"job_id": job_id}).fetchone()
             if row is None:
                 raise LookupError(f"job {job_id} not found")
-            tenant_id, options = row
+            tenant_id, options, kind = row
         else:
-            tenant_id, options = session.execute(
-                select(Job.tenant_id, Job.options).where(Job.id == job_id)
+            tenant_id, options, kind = session.execute(
+                select(Job.tenant_id, Job.options, Job.kind).where(Job.id == job_id)
             ).one()
         if len(_JOB_STATIC) >= _JOB_STATIC_MAX:
             _JOB_STATIC.clear()
-        hit = _JOB_STATIC[job_id] = (tenant_id, options)
+        hit = _JOB_STATIC[job_id] = (tenant_id, options, str(kind))
     return hit
 
 
@@ -346,7 +346,7 @@ def try_claim(
     if claimed is None:
         return None
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
-    tenant_id, options = _job_static(session, job_id)
+    tenant_id, options, kind = _job_static(session, job_id)
     return ClaimedItem(
         id=item_id,
         job_id=job_id,
@@ -358,6 +358,7 @@ def try_claim(
         token=attempts,
         options=options,
         dedupe_key=dedupe_key,
+        kind=kind,
     )
 
 

@@ -28,7 +28,8 @@ class CallRow:
 
 @dataclass(frozen=True)
 class ClaimedItem:
-    """An item a worker holds. `token` (the attempt number) proves the lease is still ours."""
+    """An item a worker holds. `token` (the attempt number) proves the lease is still ours; `kind` is its
+    job's (stages that several kinds share, like `question`, find their handler by it)."""
 
     id: int
     job_id: uuid.UUID
@@ -40,3 +41,4 @@ class ClaimedItem:
     token: int
     options: dict[str, Any]
     dedupe_key: str | None
+    kind: str = ""

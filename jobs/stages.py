@@ -29,14 +29,14 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from checks import questions as question_rules
-from checks.contracts import Contract
+from checks.contracts import Contract, QuestionInput, StageRecord, Usage
 from checks.ndjson import RowLine
 from checks.questions import QuestionRow
 from checks.recipes import RowLimits, recipe_for
 from jobs import bulk_load
 from jobs.intake import UnitSpec
 from jobs.keyset import page_rows
-from jobs.kinds import KINDS, JobKind, Staged, StageMachine
+from jobs.kinds import KINDS, JobKind, Staged, StageMachine, StreamLoad, Units
 from jobs.packs import assign_packs
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
@@ -55,8 +55,9 @@ def _machine(kind: str) -> StageMachine | None:
 
 
 def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
-    """One entry item per row; custom_id is the caller's id. The kind rides along in the input because
-    several kinds share the `question` stage (workers/kinds/ picks the handler by it)."""
+    """One entry item per row; custom_id is the caller's id. The input names the kind as well as the
+    question (`QuestionInput`, as jobs/bulk_load.py writes it too); workers find the handler of the shared
+    `question` stage by the job's kind (`ClaimedItem.kind`)."""
     recipe = recipe_for(kind)
     if not recipe.staged:
         raise ValueError(f"{kind!r} is not a question kind (it has one stage)")
@@ -65,30 +66,11 @@ def question_units(rows: Sequence[QuestionRow], kind: str) -> list[UnitSpec]:
             stage=recipe.entry_stage,
             custom_id=row.id,
             mode="",
-            input={"kind": kind, "question": row.question},
+            input=QuestionInput(kind=kind, question=row.question).dump(),
             endpoint=recipe.stages[0].endpoint,
         )
         for row in rows
     ]
-
-
-def staged_kind(name: str, machine: StageMachine) -> JobKind:
-    """The `JobKind` of a question kind: rows become entry items, the stage machine does the rest, the job
-    is ready once every entry item has a current report."""
-
-    def units(rows: Sequence[QuestionRow], options: object) -> tuple[list[UnitSpec], list[str]]:
-        return question_units(rows, name), []
-
-    return JobKind(
-        name,
-        units=units,
-        summarize=questions_summary,
-        results_page=question_results_page,
-        machine=machine,
-        ready=lambda session, job: questions_ready(session, job.id),
-        load=load_question_rows,
-        build=build_question_items,
-    )
 
 
 class _QuestionStager:
@@ -127,6 +109,33 @@ def build_question_items(session: Session, job: Job) -> int:
     recipe = recipe_for(job.kind)
     return bulk_load.insert_question_items(
         session, job.id, kind=job.kind, stage=recipe.entry_stage, endpoint=recipe.stages[0].endpoint
+    )
+
+
+def staged_kind(
+    name: str,
+    machine: StageMachine,
+    *,
+    units: Units | None = None,
+    load: StreamLoad = load_question_rows,
+    build: Callable[[Session, Job], int] = build_question_items,
+) -> JobKind:
+    """The `JobKind` of a staged kind: rows become entry items (a question each unless the kind says how:
+    `units`, `load`, `build`), the stage machine does the rest, and the job is ready once every entry item
+    has a current report."""
+
+    def question_rows(rows: Sequence[QuestionRow], options: object) -> tuple[list[UnitSpec], list[str]]:
+        return question_units(rows, name), []
+
+    return JobKind(
+        name,
+        units=units or question_rows,
+        summarize=questions_summary,
+        results_page=question_results_page,
+        machine=machine,
+        ready=lambda session, job: questions_ready(session, job.id),
+        load=load,
+        build=build,
     )
 
 
@@ -177,17 +186,46 @@ def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]
     return [i.id for i in items]
 
 
-def _error_report(job: Job, question: Item, exc: Exception) -> dict[str, Any]:
-    """Stands in when a report cannot be built, so the job still finishes and says why."""
-    return {
-        "kind": job.kind,
-        "question": question.input.get("question"),
-        "status": "failed",
-        "error": f"the report could not be built: {type(exc).__name__}: {exc}",
-        "errors": [],
-        "built_at": utcnow().isoformat(),
-        "summary": {},
-    }
+class ErrorReport(StageRecord):
+    """Stands in for a report that could not be built (or was refused when stored), so the job still
+    finishes and says why."""
+
+    kind: str
+    question: str | None
+    status: str
+    error: str
+    errors: list[str]
+    built_at: str
+    summary: dict[str, int]
+    usage: Usage | None = None
+
+
+def _error_report(job: Job, question: Item, exc: Exception) -> ErrorReport:
+    return ErrorReport(
+        kind=job.kind,
+        question=asked if isinstance(asked := (question.input or {}).get("question"), str) else None,
+        status="failed",
+        error=f"the report could not be built: {type(exc).__name__}: {exc}",
+        errors=[],
+        built_at=utcnow().isoformat(),
+        summary={},
+    )
+
+
+def stored_report(
+    flow: StageMachine, job: Job, question: Item, children: Sequence[Item], *, incomplete: bool
+) -> dict[str, Any]:
+    """The report to store on an entry item: the kind's, validated by its contract (a report with a field
+    the contract lacks, or a value of the wrong type, is refused), else an `ErrorReport`; with `usage`."""
+    report: Contract
+    try:
+        report = flow.report.model_validate(flow.build_report(job, question, children, incomplete=incomplete))
+    except Exception as exc:
+        log.exception("building the report of question %s of job %s failed", question.id, job.id)
+        report = _error_report(job, question, exc)
+    # What the whole question cost: every attempt of every try of the question and of its children.
+    usage = usage_of_outputs([question.output, *(c.output for c in children)])
+    return report.model_copy(update={"usage": usage}).dump()
 
 
 def advance_question(session: Session, question_id: int) -> Step:
@@ -226,15 +264,9 @@ def advance_question(session: Session, question_id: int) -> Step:
         return Step(job.id, question_id, spawned=_spawn(session, job, question, units))
     # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
     stopped = job.status == JobStatus.CANCELLING and any(c.status == "skipped" for c in children)
-    try:
-        report = flow.build_report(job, question, children, incomplete=bool(units) or stopped)
-    except Exception as exc:
-        log.exception("building the report of question %s of job %s failed", question.id, job.id)
-        report = _error_report(job, question, exc)
-    # What the whole question cost: every attempt of every try of the question and of its children.
-    report["usage"] = usage_of_outputs([question.output, *(c.output for c in children)])
+    stored = stored_report(flow, job, question, children, incomplete=bool(units) or stopped)
     out.update(
-        report=report, report_status=report.get("status"), summary=report.get("summary"), children=marker
+        report=stored, report_status=stored.get("status"), summary=stored.get("summary"), children=marker
     )
     session.execute(update(Item).where(Item.id == question.id).values(output=out))
     return Step(job.id, question_id, reported=True)

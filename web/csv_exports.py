@@ -15,7 +15,7 @@ was cut short (a count in a response header could not say that: the body is sent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from checks.kinds import answer as answer_kind
@@ -66,11 +66,9 @@ def _ids(value: object) -> str:
     return " ".join(str(i) for i in value) if isinstance(value, list) else ""
 
 
-def _steps(value: object) -> str:
+def _steps(steps: Sequence[Mapping[str, object]]) -> str:
     """The missing steps of an incomplete question, one `message` each, in flow order."""
-    if not isinstance(value, list):
-        return ""
-    return "; ".join(str(step.get("message") or step.get("step")) for step in value if isinstance(step, dict))
+    return "; ".join(str(step.get("message") or step.get("step")) for step in steps)
 
 
 def _answer_row(line: AnswerResult) -> Sequence[object]:

@@ -1,8 +1,9 @@
 """Item handlers of `quote` jobs (docs/spec.md §4): the question (one Search API call), one result (one rank
 request over its sentences), the compare request over the candidates.
 
-Each output keeps the raw answers next to what was read from them, so jobs/ can replay the whole run
-into a `checks.quotes.QuoteRunRecord` (the run record of docs/spec.md §4) from the database alone.
+Each output (checks/quote_contracts.py) keeps the raw answers next to what was read from them, so jobs/
+can replay the whole run into a `checks.quotes.QuoteRunRecord` (the run record of docs/spec.md §4) from
+the database alone.
 """
 
 from __future__ import annotations
@@ -11,6 +12,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from checks import quotes
+from checks.contracts import QuestionInput
+from checks.quote_contracts import (
+    CandidateRecord,
+    CompareInput,
+    CompareOutput,
+    QuoteQuestionOutput,
+    RankOutput,
+    RawResult,
+    ResultInput,
+    SearchFacts,
+    SourceRecord,
+)
 from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
@@ -22,29 +35,29 @@ def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -
     """Search once; keep every result with its quotable sentences."""
     started = datetime.now(UTC).isoformat()
     try:
-        body = quotes.search_request(str(item.input["question"]))
+        body = quotes.search_request(QuestionInput.read(item.input).question)
     except ValueError as exc:
         return Failed(str(exc))
     try:
         response: SearchResponse = calls.run(lambda: calls.client.search(body))
     except StepError as exc:
-        return calls.failed(exc, {"kind": "quote", "started_at": started})
-    raw = [{"title": r.title, "url": r.url, "snippet": r.snippet, "date": r.date} for r in response.results]
-    facts = call_facts(response.record)
-    output: dict[str, Any] = {
-        "kind": "quote",
-        "started_at": started,
-        "search": {**facts, "id": response.id, "raw_results": raw},
-        "request_id": facts["request_id"],
-        "request_ids": facts["request_ids"],
-    }
+        return calls.failed(exc, QuoteQuestionOutput(kind="quote", started_at=started).dump())
+    raw = [RawResult(title=r.title, url=r.url, snippet=r.snippet, date=r.date) for r in response.results]
+    search = SearchFacts(**call_facts(response.record), id=response.id, raw_results=raw)
+    output = QuoteQuestionOutput(
+        kind="quote",
+        started_at=started,
+        search=search,
+        request_id=search.request_id,
+        request_ids=search.request_ids,
+    )
     try:
-        prepared = quotes.prepare_results(raw)
+        prepared = quotes.prepare_results([r.dump() for r in raw])
     except ValueError as exc:
         error = f"unusable search results: {exc}"
-        return Failed(error, calls.rows, {**output, "error": error})
-    output["search"]["results"] = [r.as_dict() for r in prepared]
-    return Done(output, calls.rows)
+        return Failed(error, calls.rows, output.model_copy(update={"error": error}).dump())
+    search = search.model_copy(update={"results": [SourceRecord.of(r) for r in prepared]})
+    return Done(output.model_copy(update={"search": search}).dump(), calls.rows)
 
 
 def _decide(calls: Calls, body: dict[str, Any], model: str) -> tuple[Decision, dict[str, Any]]:
@@ -62,39 +75,43 @@ def _decide(calls: Calls, body: dict[str, Any], model: str) -> tuple[Decision, d
 def handle_result(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Rank one result's sentences: which answers best, and does any answer at all."""
     model = model_of(item)
-    source = quotes.SourceResult.from_dict(item.input["result"])
-    question = str(item.input["question"])
+    task = ResultInput.read(item.input)
+    source = task.result.value()
     try:
-        body = quotes.rank_request(question, source.title, source.url, source.sentences, model)
+        body = quotes.rank_request(task.question, source.title, source.url, source.sentences, model)
     except ValueError as exc:
         return Failed(str(exc))
     try:
         decision, facts = _decide(calls, body, model)
     except StepError as exc:
-        return calls.failed(exc, {"result_index": source.index})
+        return calls.failed(exc, RankOutput(result_index=source.index).dump())
+    ranked = RankOutput(**facts, result_index=source.index)
     try:
         candidate = quotes.parse_rank_answers(source, facts["answers"], request_id=decision.record.request_id)
     except quotes.QuoteAnswerError as exc:
         error = f"unusable rank answer: {exc}"
-        return Failed(error, calls.rows, {**facts, "result_index": source.index, "error": error})
-    return Done({**facts, "result_index": source.index, "candidate": candidate.as_dict()}, calls.rows)
+        return Failed(error, calls.rows, ranked.model_copy(update={"error": error}).dump())
+    done = ranked.model_copy(update={"candidate": CandidateRecord.of(candidate)})
+    return Done(done.dump(), calls.rows)
 
 
 def handle_compare(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Ask the same yes/no of every candidate in one request, so their probabilities share one scale."""
     model = model_of(item)
-    candidates = [quotes.Candidate.from_dict(c) for c in item.input["candidates"]]
+    task = CompareInput.read(item.input)
+    candidates = [c.value() for c in task.candidates]
     try:
-        body = quotes.compare_request(str(item.input["question"]), [c.sentence for c in candidates], model)
+        body = quotes.compare_request(task.question, [c.sentence for c in candidates], model)
     except ValueError as exc:
         return Failed(str(exc))
     try:
         _decision, facts = _decide(calls, body, model)
     except StepError as exc:
         return calls.failed(exc)
+    compared = CompareOutput(**facts)
     try:
         probabilities = quotes.parse_compare_answers(facts["answers"], len(candidates))
     except quotes.QuoteAnswerError as exc:
         error = f"unusable compare answer: {exc}"
-        return Failed(error, calls.rows, {**facts, "error": error})
-    return Done({**facts, "probabilities": list(probabilities)}, calls.rows)
+        return Failed(error, calls.rows, compared.model_copy(update={"error": error}).dump())
+    return Done(compared.model_copy(update={"probabilities": list(probabilities)}).dump(), calls.rows)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from checks import questions as rules
-from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract
+from checks.contracts import Contract, ItemStatusName, ReportHead, RequestIds, StoredContract, Usage
 from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
 from checks.ndjson import RowLine
 from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
@@ -50,10 +50,12 @@ class QuestionLine(Contract):
     question: str | None = None
     status: ItemStatusName = Field(description="The question item's status (its first upstream call).")
     outcome: str | None = Field(default=None, description="The report's status.")
-    incomplete_steps: list[Any] = Field(default_factory=list)
+    incomplete_steps: list[dict[str, JsonValue]] = Field(
+        default_factory=list, description="The report's `incomplete_steps`, as stored."
+    )
     model_note: str | None = None
-    request_ids: Any = Field(default=None, description="Every upstream request id of the question.")
-    usage: dict[str, Any] | None = None
+    request_ids: RequestIds = Field(default=None, description="Every upstream request id of the question.")
+    usage: Usage | None = None
     report: ReportHead | None = Field(
         default=None,
         description="The full report: every scored sentence with its passages and probabilities (answer), "

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from checks import answers as gate
+from checks.contracts import ItemStatusName
 from checks.kinds._questions import (
     QUESTION_RECIPE_PARTS,
     QuestionLine,
@@ -114,7 +115,9 @@ def answer_text(final: Mapping[str, Any]) -> str:
     return "\n\n".join(paragraphs)
 
 
-def result_line(custom_id: str, question: str, status: str, report: Mapping[str, Any] | None) -> AnswerResult:
+def result_line(
+    custom_id: str, question: str, status: ItemStatusName, report: Mapping[str, Any] | None
+) -> AnswerResult:
     """One results-export line: the final answer as text with renumbered citations, and the report.
 
     `final_answer` is set only when every step ran (outcome `done`); an incomplete question's sentences so
@@ -123,7 +126,7 @@ def result_line(custom_id: str, question: str, status: str, report: Mapping[str,
     """
     head = as_report(report)
     if report is None or head is None:
-        return AnswerResult(custom_id=custom_id, question=question, status=status)  # type: ignore[arg-type]
+        return AnswerResult(custom_id=custom_id, question=question, status=status)
     text: dict[str, str] = {}
     final = report.get("final")
     if final:
@@ -131,9 +134,9 @@ def result_line(custom_id: str, question: str, status: str, report: Mapping[str,
     return AnswerResult(
         custom_id=custom_id,
         question=question,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         outcome=head.status,
-        incomplete_steps=list(head.incomplete_steps),
+        incomplete_steps=[s.dump() for s in head.incomplete_steps],
         model_note=head.model_note,
         request_ids=head.request_ids,
         usage=head.usage,

@@ -34,6 +34,7 @@ from checks.citation_rows import (
     validate_citation_rows,
 )
 from checks.citation_verdicts import add_metrics, check_cutoffs
+from checks.contracts import ItemStatusName
 from checks.fairness import Priority
 from checks.kinds._schemas import (
     AUDIT_SHARE_OPTION,
@@ -285,18 +286,18 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, object] | Non
 
 
 def result_line(
-    custom_id: str, question: str | None, status: str, report: Mapping[str, object] | None
+    custom_id: str, question: str | None, status: ItemStatusName, report: Mapping[str, object] | None
 ) -> CitationsResult:
     """One results-export line: the answer's outcome, metrics and whole report."""
     if not isinstance(report, Mapping):
-        return CitationsResult(custom_id=custom_id, question=question, status=status)  # type: ignore[arg-type]
+        return CitationsResult(custom_id=custom_id, question=question, status=status)
     head = CitationReport.read(report)
     return CitationsResult(
         custom_id=custom_id,
         question=question,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         outcome=head.status,
-        incomplete_steps=[s for s in head.incomplete_steps if isinstance(s, dict)],
+        incomplete_steps=[s.dump() for s in head.incomplete_steps],
         model_note=head.model_note,
         metrics=head.metrics,
         request_ids=_request_ids(head),

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from checks.contracts import ItemStatusName
 from checks.kinds._questions import (
     QUESTION_RECIPE_PARTS,
     QuestionLine,
@@ -83,20 +84,22 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
     )
 
 
-def result_line(custom_id: str, question: str, status: str, report: Mapping[str, Any] | None) -> QuoteResult:
+def result_line(
+    custom_id: str, question: str, status: ItemStatusName, report: Mapping[str, Any] | None
+) -> QuoteResult:
     """One results-export line: the quote (or, with no answer, the closest candidate) with its source, and
     the report. An incomplete question has neither, and names its missing steps."""
     head = as_report(report)
     if report is None or head is None:
-        return QuoteResult(custom_id=custom_id, question=question, status=status)  # type: ignore[arg-type]
+        return QuoteResult(custom_id=custom_id, question=question, status=status)
     return QuoteResult(
         custom_id=custom_id,
         question=question,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         outcome=head.status,
         quote=report.get("quote") if head.status == "quoted" else None,
         closest=report.get("closest") if head.status == "no_answer" else None,
-        incomplete_steps=list(head.incomplete_steps),
+        incomplete_steps=[s.dump() for s in head.incomplete_steps],
         model_note=head.model_note,
         request_ids=head.request_ids,
         usage=head.usage,

@@ -32,7 +32,7 @@ def citation_lines(line: CitationsResult) -> list[str]:
     if report.error:
         out.append(f"  not checked: {report.error}")
     for step in report.incomplete_steps:
-        out.append(f"  missing: {step.get('message') or step.get('step')}")
+        out.append(f"  missing: {step.message or step.step}")
     for s in report.sentences:
         extra = ""
         if s.misattributed:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
-from checks.contracts import Contract
+from checks.contracts import Contract, ItemStatusName
 from checks.ndjson import RowLine
 from checks.recipes import RowLimits
 from checks.registry import Registry
@@ -56,18 +56,29 @@ class StreamLoad(Protocol):
     ) -> Staged: ...
 
 
+class BuildReport(Protocol):
+    """An entry item's report as JSON, from stored items only; `incomplete`: the job was cancelled before
+    every planned step of this entry ran (jobs/stages.py says when)."""
+
+    def __call__(
+        self, job: Job, entry: Item, children: Sequence[Item], /, *, incomplete: bool
+    ) -> Mapping[str, object]: ...
+
+
 @dataclass(frozen=True)
 class StageMachine:
     """What a staged kind plugs into jobs/stages.py (pure functions over stored items)."""
 
     # The next stage's children of an entry item whose children so far are all settled; [] = report now.
     plan: Callable[[Job, Item, Sequence[Item]], list[UnitSpec]]
-    # The entry item's report (a dict with at least checks.contracts.ReportHead's fields).
-    build_report: Callable[..., dict[str, Any]]
+    # The entry item's report as JSON (at least checks.contracts.ReportHead's fields), checked by `report`.
+    build_report: BuildReport
     # The job summary from every entry item's (report status, report summary).
     summarize_reports: Callable[[Iterable[tuple[str | None, Mapping[str, Any] | None]]], Contract]
     # One results line from (custom_id, question, item status, stored report or None).
-    result_line: Callable[[str, str, str, Mapping[str, Any] | None], Contract]
+    result_line: Callable[[str, str, ItemStatusName, Mapping[str, Any] | None], Contract]
+    # The report's contract: every built report is validated by it when stored (jobs/stages.py).
+    report: type[Contract]
 
 
 def _always_ready(session: Session, job: Job) -> bool:

@@ -3,19 +3,19 @@ Postgres), the stage machine with jobs/citations.py's plan and report, the summa
 
 from __future__ import annotations
 
+from checks.citation_contracts import CitationReport
 from checks.kinds.citations import result_line, summarize_job
 from jobs import citations
-from jobs.kinds import JobKind, StageMachine, register
-from jobs.stages import question_results_page, questions_ready, questions_summary
+from jobs.kinds import StageMachine, register
+from jobs.stages import staged_kind
 
 KIND = register(
-    JobKind(
+    staged_kind(
         "citations",
+        StageMachine(
+            citations.plan, citations.build_report, summarize_job, result_line, report=CitationReport
+        ),
         units=citations.citation_units,
-        summarize=questions_summary,
-        results_page=question_results_page,
-        machine=StageMachine(citations.plan, citations.build_report, summarize_job, result_line),
-        ready=lambda session, job: questions_ready(session, job.id),
         load=citations.load_citation_rows,
         build=citations.build_citation_items,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from checks.kinds.quote import result_line, summarize_job
+from checks.quote_contracts import QuoteReport
 from jobs import quotes
 from jobs.kinds import StageMachine, register
 from jobs.stages import staged_kind
@@ -10,6 +11,6 @@ from jobs.stages import staged_kind
 KIND = register(
     staged_kind(
         "quote",
-        StageMachine(quotes.plan, quotes.build_report, summarize_job, result_line),
+        StageMachine(quotes.plan, quotes.build_report, summarize_job, result_line, report=QuoteReport),
     )
 )

@@ -173,3 +173,25 @@ def test_citations_report_in_browser(embedded: tuple[Flask, str]) -> None:
         page.wait_for_selector("text=replayed")
         assert page.locator("#question-4 .answer-text .sent.l-weak").count() == 0
         assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []
+
+
+def test_a_packed_jobs_audit_on_the_job_page(embedded: tuple[Flask, str]) -> None:
+    """A packed citations job with every answer audited (`audit_share: 1`): the job page's summary shows
+    the packing audit — sentences asked again alone, label agreement, |Δp| and agreement by position."""
+    app, token = embedded
+    resp = app.test_client().post(
+        "/v1/jobs?kind=citations&audit_share=1",
+        data=EXAMPLE_ANSWERS.read_bytes(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+    )
+    assert resp.status_code == 202, resp.get_data(as_text=True)[:500]
+    job_id: str = resp.get_json()["id"]
+    wait_for(app, job_id)
+    with serve(app) as base, chromium() as (page, watch):
+        open_report(page, base, token, job_id)
+        audit = page.inner_text("#summary")
+        assert "Packing audit" in audit and "Label agreement" in audit and "100.0 %" in audit, audit
+        assert "Agreement by position in the pack" in audit
+        page.locator("#packing-audit").scroll_into_view_if_needed()
+        save_screenshot(page, "packing-audit", docs=True, docs_height=1400)
+        assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []

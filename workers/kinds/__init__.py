@@ -3,7 +3,7 @@
 `workers/tasks.py:execute` runs the one prologue every item shares (the tenant's client, the budget check,
 the `Calls` recorder) and then `handler_for(item)`. A stage name used by one kind only finds its handler
 by the stage; a stage several kinds share (`question`, the entry stage of answer and quote) finds it by the
-kind the entry item's input names (set at intake: jobs/stages.py:question_units).
+item's job kind (`ClaimedItem.kind`).
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ def handler_for(item: ClaimedItem) -> Handler | None:
     owners = [part for _, part in KINDS.items() if item.stage in part.handlers]
     if len(owners) == 1:
         return owners[0].handlers[item.stage]
-    kind = str(item.input.get("kind") or "")
     for part in owners:
-        if part.name == kind:
+        if part.name == item.kind:
             return part.handlers[item.stage]
     return None
 
