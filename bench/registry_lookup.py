@@ -1,5 +1,5 @@
 """What the recipe registry costs a worker per item: the handler lookup (`workers/kinds:handler_for`) and
-the "does settling this move a question on?" test (`workers/tasks.py:advances_on_settle`), both run for
+the "does settling this move a question on?" test (`workers/run.py:advances_on_settle`), both run for
 every item, and writing a results line through its contract (`ClaimResult.model_validate`, then
 `model_dump_json`, what the NDJSON export does), against the dict + `json.dumps` it replaced.
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from checks.kinds.claims import ClaimResult
 from jobs.records import ClaimedItem
 from workers.kinds import handler_for
-from workers.tasks import advances_on_settle
+from workers.run import advances_on_settle
 
 BUDGET_US = 20.0
 LINE = {

@@ -11,7 +11,7 @@ failed together do not come back together. The policies:
 - `ITEM_BACKOFF`: an item given back after a transient failure, by its claim number: 2, 4, 8 … s, at most
   a minute (workers/tasks.py).
 - `SETTLE_BACKOFF`: storing an item's outcome while the database is briefly away: 0.25, 0.5, 1, 2, 4, 5 s
-  without jitter, for a bounded patience (`patiently`, workers/tasks.py:settle).
+  without jitter, for a bounded patience (`patiently`, workers/run.py:settle).
 
 A `Backoff` is also a tenacity wait strategy (it takes tenacity's retry state), so a `Retrying` loop uses
 the same policy as a caller that computes its countdown itself.

@@ -132,7 +132,11 @@ class JobObject(BaseModel):
                     "eta_s": {"type": ["number", "null"]},
                     "estimated_completion_at": {"type": ["string", "null"], "format": "date-time"},
                     "estimated_start_at": {"type": ["string", "null"], "format": "date-time"},
-                    "counts": {"$ref": "#/components/schemas/RequestCounts"},
+                    "counts": {
+                        "type": "object",
+                        "additionalProperties": {"type": "integer"},
+                        "description": "Its items by status (as `request_counts`) when the view was written.",
+                    },
                     "updated_at": {"type": "string", "format": "date-time"},
                 },
             }

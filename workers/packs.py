@@ -46,7 +46,7 @@ def take_members(ctx: WorkerContext, head: ClaimedItem) -> list[ClaimedItem]:
 
 
 def execute_pack(ctx: WorkerContext, items: Sequence[ClaimedItem]) -> PackOutcome:
-    """The pack handler behind the prologue every item has; never raises (see workers/tasks.py:execute)."""
+    """The pack handler behind the prologue every item has; never raises (see workers/run.py:execute)."""
     head = items[0]
     handler = pack_handler_for(head)
     if handler is None:

@@ -20,57 +20,32 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import Any
 
 from celery import Task, current_app, shared_task
-from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from checks.recipes import RECIPES
-from clients.backoff import ITEM_BACKOFF, SETTLE_BACKOFF, TASK_BACKOFF, patiently
-from config.logging import bind
+from clients.backoff import TASK_BACKOFF
 from jobs.bulk_load import Built, build_staged
 from jobs.control import cancel_step, cancelling_with_pending
-from jobs.driver import DriverConnection, statement_scope
-from jobs.finalize import maybe_finalize
-from jobs.items import (
-    Exhausted,
-    claim_item,
-    fail_item,
-    fail_item_at_once,
-    finish_item,
-    finish_item_at_once,
-    release_item,
-    settles_at_once,
-    skip_item,
-    try_claim,
-)
-from jobs.keyring import KeyringError
 from jobs.packs import free_orphaned_members
 from jobs.purge import purge_queue, purge_step
-from jobs.records import ClaimedItem
 from jobs.retention import Retention
 from jobs.scheduling import forget_stale_dispatches, mark_started
-from jobs.stages import Step, advance_question, stalled_questions
 from jobs.sweeper import expire_leases, live_job_ids, stale_validating
-from jobs.webhooks import created_in
-from models import session_scope, utcnow
+from models import session_scope
 from workers.context import WorkerContext, get_context
-from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault, service_of
-from workers.kinds import handler_for
-from workers.leadership import refuse_stale_dispatch
-from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
-from workers.packs import packs_of, run_pack, take_members
-from workers.steps import Calls, budget_skip
-from workers.webhooks import send_if_due, send_soon
+from workers.run import (
+    advance,
+    advance_stalled,
+    finalize_job,
+    run_item_now,
+)
+from workers.webhooks import send_if_due
 
 log = logging.getLogger("factgate.workers")
 
-INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
-SETTLE_PATIENCE_S = 30.0
 # A task sent once per event tries again this often after an infrastructure fault (TASK_BACKOFF: 2, 4, 8,
 # 16, 30, 30 s ±25 %): about a minute and a half, longer than a database restart, and still bounded.
 INFRA_TASK_RETRIES = 6
@@ -107,65 +82,8 @@ def retry_or_give_up(task: Task[Any, Any], exc: Exception, what: str, backstop: 
     raise task.retry(countdown=countdown, max_retries=INFRA_TASK_RETRIES)
 
 
-def advances_on_settle(stage: str) -> bool:
-    """Settling an entry item of a staged kind moves it on in the same transaction (jobs/stages.py): the
-    first children exist the moment it is done, so the job never looks finished in between."""
-    return any(r.staged and r.entry_stage == stage for _, r in RECIPES.items())
-
-
 def _ctx() -> WorkerContext:
     return get_context(current_app)
-
-
-def _finalize(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
-    with session_scope(ctx.sessions) as session:
-        ended = maybe_finalize(session, job_id)
-        webhooks = created_in(session)
-    send_soon(ctx, webhooks)  # the job's end (and its webhook in the outbox) has committed
-    return ended
-
-
-def _follow(ctx: WorkerContext, step: Step) -> None:
-    """After an advance committed: its children are pending and the dispatcher sends them; once a report
-    was built the job may be finished."""
-    if step.reported and step.job_id is not None:
-        _finalize(ctx, step.job_id)
-
-
-def _advance_nested(session: Session, question_id: int) -> Step | None:
-    """Advance inside the settling transaction, in a savepoint: a failure here must not lose the item's
-    result; the sweeper advances the question later."""
-    try:
-        with session.begin_nested():
-            return advance_question(session, question_id)
-    except SQLAlchemyError:
-        log.exception("advancing question %s failed; the sweeper will retry", question_id)
-        return None
-
-
-def _advance(ctx: WorkerContext, question_id: int) -> Step | None:
-    """Move one question on; a database error is logged and left to the sweeper, except an unreachable
-    database, which is raised: the task around this retries (or the sweep tries again) as a whole."""
-    try:
-        with session_scope(ctx.sessions) as session:
-            return advance_question(session, question_id)
-    except SQLAlchemyError as exc:
-        if is_infrastructure_fault(exc):
-            raise
-        log.exception("advancing question %s failed; the sweeper will retry", question_id)
-        return None
-
-
-def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
-    """Advance every question that waits with all its children settled (a lost chord body, a flushed
-    Redis, a retry). True when some report was built."""
-    with session_scope(ctx.sessions) as session:
-        waiting = stalled_questions(session, job_id)
-    reported = False
-    for question_id in waiting:
-        step = _advance(ctx, question_id)
-        reported = reported or (step is not None and step.reported)
-    return reported
 
 
 @shared_task(name="factgate.start_job", ignore_result=True, bind=True)
@@ -192,7 +110,7 @@ def start_job(self: Task[Any, Any], job_id: str) -> None:
             mark_started(session, [jid])
         # One line per job at INFO (items log nothing there: workers/signals.py:PER_TASK_LOGGERS).
         log.info("job %s received; the dispatcher sends its items", jid)
-        _finalize(ctx, jid)
+        finalize_job(ctx, jid)
     except Exception as exc:
         retry_or_give_up(self, exc, f"start_job {jid}", "the sweep starts or finalizes the job")
 
@@ -212,7 +130,7 @@ def _finish_cancel(ctx: WorkerContext, job_id: uuid.UUID) -> int:
     if step is None:
         return handled
     advance_stalled(ctx, job_id)
-    _finalize(ctx, job_id)
+    finalize_job(ctx, job_id)
     if handled:
         log.info("job %s: cancel finished, %d rows skipped or deleted in batches", job_id, handled)
     return handled
@@ -293,125 +211,10 @@ def after_window(self: Task[Any, Any], job_id: str, question_ids: Sequence[int] 
     try:
         ctx = _ctx()
         for question_id in question_ids:
-            _advance(ctx, int(question_id))  # every one: a window holds the children of several questions
-        _finalize(ctx, jid)
+            advance(ctx, int(question_id))  # every one: a window holds the children of several questions
+        finalize_job(ctx, jid)
     except Exception as exc:
         retry_or_give_up(self, exc, f"after_window of job {jid}", "the sweep moves its questions on")
-
-
-def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
-    """Run the item's handler behind the one prologue every stage shares (the budget check, the `Calls`
-    that records every attempt). Never raises: every failure becomes an outcome."""
-    handler = handler_for(item)
-    if handler is None:
-        return Failed(f"no handler for item stage {item.stage!r}")
-    calls = Calls(ctx, item, ctx.client)
-    try:
-        try:
-            calls.client, calls.own_key = ctx.client_for(item.tenant_id)
-        except KeyringError as exc:
-            return Failed(f"the tenant's own upstream key cannot be used: {exc}")
-        skipped = budget_skip(ctx, item)
-        if skipped is not None:
-            return skipped
-        return handler(ctx, item, calls)
-    except Exception as exc:
-        if is_infrastructure_fault(exc):
-            # Redis, the database or the broker went away mid-try: the item is not at fault. The detail
-            # (which names internal hosts) goes to the log; the item shows a fixed line.
-            log.warning(
-                "item %s of job %s: infrastructure fault, try given back", item.id, item.job_id, exc_info=True
-            )
-            return Transient(describe_fault(exc), list(calls.rows), retry_in_s=INFRA_RETRY_S)
-        log.exception("item %s of job %s crashed", item.id, item.job_id)
-        return Failed(
-            f"internal error ({type(exc).__name__}); the details are in the worker log", list(calls.rows)
-        )
-
-
-def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:
-    """Store an outcome in the caller's transaction; the question moves on with it when it settles."""
-    settled = False
-    if isinstance(outcome, Done):
-        settled = finish_item(session, item, outcome.output, outcome.calls)
-    elif isinstance(outcome, Failed):
-        settled = fail_item(session, item, outcome.error, outcome.calls, outcome.output)
-    elif isinstance(outcome, Skipped):
-        settled = skip_item(session, item, outcome.reason)
-    else:
-        # Without a wait of its own, by its claim number (ITEM_BACKOFF): items released together come back
-        # apart.
-        wait = outcome.retry_in_s if outcome.retry_in_s is not None else ITEM_BACKOFF.wait_s(item.token - 1)
-        release_item(session, item, outcome.error, outcome.calls, retry_at=utcnow() + timedelta(seconds=wait))
-    if settled and advances_on_settle(item.stage):
-        return _advance_nested(session, item.id)
-    return None
-
-
-def _at_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> bool:
-    """Whether the outcome can be stored in one statement (jobs/items.py:`settles_at_once`): a result or
-    a failure of an item that moves nothing else on. Most items settle this way, in one round trip."""
-    return (
-        isinstance(outcome, Done | Failed)
-        and not advances_on_settle(item.stage)
-        and settles_at_once(ctx.engine.dialect.name, item)
-    )
-
-
-def _apply_at_once(session: Connection | DriverConnection, item: ClaimedItem, outcome: Outcome) -> None:
-    if isinstance(outcome, Done):
-        finish_item_at_once(session, item, outcome.output, outcome.calls)
-    elif isinstance(outcome, Failed):
-        fail_item_at_once(session, item, outcome.error, outcome.calls, outcome.output)
-
-
-def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | None:
-    """Store the outcome, riding out a short database outage; never lose the record of what was billed.
-
-    The common outcome is one statement without a transaction around it (`_at_once`); the others are one
-    transaction. A connection fault is retried with backoff for up to SETTLE_PATIENCE_S (the lease is still
-    being renewed meanwhile). Any other database error — a value the database refuses — must not wedge the
-    item either: its calls are recorded and the item fails with a clear error, in a transaction of its own.
-    """
-    at_once = _at_once(ctx, item, outcome)
-    try:
-        for attempt in patiently(is_infrastructure_fault, SETTLE_BACKOFF, SETTLE_PATIENCE_S):
-            with attempt:
-                if at_once:
-                    with statement_scope(ctx.engine) as conn:
-                        _apply_at_once(conn, item, outcome)
-                    return None
-                with session_scope(ctx.sessions) as session:
-                    return _apply(session, item, outcome)
-    except Exception as exc:
-        if is_infrastructure_fault(exc):
-            log.error(
-                "item %s: could not store its outcome; its lease will expire and it runs again", item.id
-            )
-            return None
-        log.exception("item %s: the database refused its outcome; failing it with its calls", item.id)
-        error = f"the result could not be stored ({type(exc).__name__}); the details are in the worker log"
-        try:
-            with session_scope(ctx.sessions) as session:
-                fail_item(session, item, error, outcome.calls if not isinstance(outcome, Skipped) else ())
-        except Exception:
-            log.exception("item %s: could not record the failure either; its lease will expire", item.id)
-    return None
-
-
-def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
-    """An item failed at claim for having used every try: its question moves on as after any failure."""
-    if not advances_on_settle(spent.stage):
-        return
-    try:
-        with session_scope(ctx.sessions) as session:
-            step = advance_question(session, spent.id)
-        _follow(ctx, step)
-    except SQLAlchemyError as exc:
-        if is_infrastructure_fault(exc):
-            log.warning("advancing question %s: %s; the sweeper will retry", spent.id, _fault_line(exc))
-            return
-        log.exception("advancing question %s failed; the sweeper will retry", spent.id)
 
 
 @shared_task(name="factgate.run_item")
@@ -429,66 +232,7 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     runs, and the outcome is stored with its calls. A transient failure gives the item back with a time
     before which it is not sent again; the dispatcher sends it when that time has passed.
     """
-    _run_item(item_id, epoch)
-
-
-def _run_item(item_id: int, epoch: int | None) -> None:
-    ctx = _ctx()
-    lease_s, max_tries = ctx.settings.lease_s, ctx.settings.max_item_attempts
-    claim: ClaimedItem | Exhausted | None
-    try:
-        if refuse_stale_dispatch(ctx, item_id, epoch):
-            return
-        # The common case is one UPDATE on its own; when it misses, the other rules (cancelled, out of
-        # tries, not pending) apply in a transaction.
-        with statement_scope(ctx.engine) as conn:
-            claim = try_claim(conn, item_id, lease_s, max_tries)
-        if claim is None:
-            with session_scope(ctx.sessions) as session:
-                claim = claim_item(session, item_id, lease_s, max_tries)
-    except Exception as exc:
-        if not is_infrastructure_fault(exc):
-            raise
-        # Nothing was claimed; the item stays dispatched and the sweeper sends it again when that goes stale.
-        log.warning("could not claim item %s: infrastructure fault", item_id, exc_info=True)
-        return
-    if claim is None:
-        return  # already done, running elsewhere, or skipped: a duplicate delivery is a no-op
-    if isinstance(claim, Exhausted):
-        _after_exhausted(ctx, claim)
-        return
-    bind(job_id=claim.job_id)  # every log line of this item carries its job (signals unbind it)
-    if packs_of(claim) and _ran_as_pack(ctx, claim):
-        return
-    with ctx.leases.hold(claim.id, claim.token):
-        outcome = execute(ctx, claim)
-        step = settle(ctx, claim, outcome)
-    if step is not None:
-        try:
-            _follow(ctx, step)
-        except Exception as exc:
-            if not is_infrastructure_fault(exc):
-                raise
-            # The item's outcome is stored; only the finalize after it is missing, and the sweep does it.
-            log.warning("job %s: could not finalize: %s; the sweep will", step.job_id, _fault_line(exc))
-
-
-def _ran_as_pack(ctx: WorkerContext, head: ClaimedItem) -> bool:
-    """Claim the head's pack members and run them in one request (workers/packs.py). False when the head
-    has no pending member left: it runs as a single item. An unreachable database gives the head back."""
-    try:
-        members = take_members(ctx, head)
-    except Exception as exc:
-        if not is_infrastructure_fault(exc):
-            raise
-        log.warning("could not claim the pack of item %s: infrastructure fault", head.id, exc_info=True)
-        with ctx.leases.hold(head.id, head.token):
-            settle(ctx, head, Transient(describe_fault(exc), [], retry_in_s=INFRA_RETRY_S))
-        return True
-    if not members:
-        return False
-    run_pack(ctx, head, members)
-    return True
+    run_item_now(_ctx(), item_id, epoch)
 
 
 @shared_task(name="factgate.sweep", ignore_result=True)
@@ -530,10 +274,10 @@ def _sweep(ctx: WorkerContext) -> dict[str, int]:
             log.exception("could not send finish_cancel for job %s; the next sweep tries again", jid)
     finalized = 0
     for jid in jobs:
-        if _finalize(ctx, jid):
+        if finalize_job(ctx, jid):
             finalized += 1
             continue
-        if advance_stalled(ctx, jid) and _finalize(ctx, jid):
+        if advance_stalled(ctx, jid) and finalize_job(ctx, jid):
             finalized += 1
     webhooks = send_if_due(ctx)
     return {

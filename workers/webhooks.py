@@ -1,6 +1,6 @@
 """Sending the webhook outbox: the `factgate.deliver_webhooks` task and the sender threads it wakes.
 
-Sent right after a job's end commits (workers/tasks.py:_finalize) and by every sweep while something is due
+Sent right after a job's end commits (workers/run.py:finalize_job) and by every sweep while something is due
 (the backstop for a lost message, and what makes retries happen: a retry is simply a row whose next try has
 come). Senders claim due deliveries one at a time, round robin across tenants (jobs/webhooks.py), sign each
 attempt with the tenant's secret (checks/webhooks.py; Standard Webhooks), send it (clients/webhooks.py:

@@ -21,7 +21,7 @@ from models import Item, Job, make_session_factory, session_scope, utcnow
 from tests.integration.stack import fresh_database
 from tests.integration.test_dispatcher import Harness, _job
 from web.pages_jobs import counts_note
-from workers import dispatcher as dispatcher_module
+from workers.schedules import ScheduleConfig
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +65,9 @@ def test_a_list_of_running_jobs_reads_the_dispatchers_counts_not_their_items(
     db: tuple[str, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, engine = db
-    monkeypatch.setattr(dispatcher_module, "SCHEDULE_REFRESH_S", 0.0)  # every tick writes the views
     ids = [_job(engine, name, n) for name, n in (("a", 30), ("b", 20), ("c", 10))]
     harness = Harness(url, in_flight=4)
+    harness.dispatcher.schedules.config = ScheduleConfig(refresh_s=0.0)  # every tick writes the views
     try:
         harness.run(8)  # sends and settles items: the jobs are part done
         assert harness.dispatcher.lead()

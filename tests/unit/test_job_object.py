@@ -19,6 +19,7 @@ FIELDS: dict[str, Any] = {
     "metadata": {},
     "warnings": [],
     "request_counts": {"total": 2, "completed": 1, "failed": 0, "skipped": 0, "pending": 1, "running": 0},
+    "request_counts_as_of": None,
     "usage": {"http_attempts": 1, "cost_usd": 0.005},
     "cost_usd": 0.005,
     "timestamps": JobTimestamps(**dict.fromkeys(TIMESTAMP_FIELDS)),

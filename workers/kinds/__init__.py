@@ -1,6 +1,6 @@
 """The worker part of every job kind: its item handlers by stage, registered by name (checks/registry.py).
 
-`workers/tasks.py:execute` runs the one prologue every item shares (the tenant's client, the budget check,
+`workers/run.py:execute` runs the one prologue every item shares (the tenant's client, the budget check,
 the `Calls` recorder) and then `handler_for(item)`. A stage name used by one kind only finds its handler
 by the stage; a stage several kinds share (`question`, the entry stage of answer and quote) finds it by the
 item's job kind (`ClaimedItem.kind`).
