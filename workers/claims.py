@@ -11,7 +11,7 @@ from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
 from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
-from workers.steps import Calls, StepError, model_of
+from workers.steps import Calls, StepError, ask_packed, model_of
 
 
 def _verdict(p: float, opts: Mapping[str, Any]) -> str:
@@ -28,14 +28,11 @@ def handle_claim_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: C
         packed = pack_claims([str(i.input["claim"]) for i in items], model)
     except ValueError as exc:
         return Failed(f"cannot check these claims: {exc}")
-    try:
-        decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
-    except StepError as exc:
-        outcome = calls.failed(exc)
-        assert isinstance(outcome, Failed | Transient)
-        return outcome
+    asked = ask_packed(calls, packed.body, model)
+    if isinstance(asked, Failed | Transient):
+        return asked
+    decision, answers = asked
     rec = decision.record
-    answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
     tokens_in = split_count(decision.input_tokens, len(items))
     tokens_out = split_count(decision.output_tokens, len(items))
     members: list[Member] = []

@@ -16,20 +16,17 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from clients.backoff import ITEM_BACKOFF, SETTLE_BACKOFF, patiently
-from jobs.keyring import KeyringError
 from jobs.packs import MemberResult, claim_members, settle_pack
 from jobs.records import CallRow, ClaimedItem
 from models import session_scope, utcnow
 from workers.context import WorkerContext
-from workers.faults import describe as describe_fault
 from workers.faults import is_infrastructure_fault
 from workers.kinds import pack_handler_for
-from workers.outcomes import AskAlone, Done, Failed, PackAnswered, PackOutcome, Skipped, Transient
-from workers.steps import Calls, budget_skip
+from workers.outcomes import AskAlone, Done, Failed, PackAnswered, PackOutcome, Skipped
+from workers.steps import behind_prologue
 
 log = logging.getLogger("factgate.workers")
 
-INFRA_RETRY_S = 5.0
 SETTLE_PATIENCE_S = 30.0
 
 
@@ -46,29 +43,12 @@ def take_members(ctx: WorkerContext, head: ClaimedItem) -> list[ClaimedItem]:
 
 
 def execute_pack(ctx: WorkerContext, items: Sequence[ClaimedItem]) -> PackOutcome:
-    """The pack handler behind the prologue every item has; never raises (see workers/run.py:execute)."""
+    """The pack handler behind the prologue every try has (workers/steps.py); never raises."""
     head = items[0]
     handler = pack_handler_for(head)
     if handler is None:
         return Failed(f"no pack handler for item stage {head.stage!r}")
-    calls = Calls(ctx, head, ctx.client)
-    try:
-        try:
-            calls.client, calls.own_key = ctx.client_for(head.tenant_id)
-        except KeyringError as exc:
-            return Failed(f"the tenant's own upstream key cannot be used: {exc}")
-        skipped = budget_skip(ctx, head)
-        if skipped is not None:
-            return skipped
-        return handler(ctx, items, calls)
-    except Exception as exc:
-        if is_infrastructure_fault(exc):
-            log.warning("pack of item %s: infrastructure fault, try given back", head.id, exc_info=True)
-            return Transient(describe_fault(exc), list(calls.rows), retry_in_s=INFRA_RETRY_S)
-        log.exception("pack of item %s of job %s crashed", head.id, head.job_id)
-        return Failed(
-            f"internal error ({type(exc).__name__}); the details are in the worker log", list(calls.rows)
-        )
+    return behind_prologue(ctx, head, lambda calls: handler(ctx, items, calls), f"pack of item {head.id}")
 
 
 def member_results(items: Sequence[ClaimedItem], outcome: PackOutcome) -> list[MemberResult]:

@@ -33,7 +33,6 @@ from jobs.items import (
     skip_item,
     try_claim,
 )
-from jobs.keyring import KeyringError
 from jobs.records import ClaimedItem
 from jobs.stages import Step, advance_question, stalled_questions
 from jobs.webhooks import created_in
@@ -45,13 +44,12 @@ from workers.kinds import handler_for
 from workers.leadership import refuse_stale_dispatch
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.packs import packs_of, run_pack, take_members
-from workers.steps import Calls, budget_skip
+from workers.steps import INFRA_RETRY_S, behind_prologue
 from workers.webhooks import send_soon
 
 log = logging.getLogger("factgate.workers")
 
 
-INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
 SETTLE_PATIENCE_S = 30.0
 
 
@@ -118,33 +116,12 @@ def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
 
 
 def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
-    """Run the item's handler behind the one prologue every stage shares (the budget check, the `Calls`
-    that records every attempt). Never raises: every failure becomes an outcome."""
+    """Run the item's handler behind the one prologue every stage shares (workers/steps.py). Never raises:
+    every failure becomes an outcome."""
     handler = handler_for(item)
     if handler is None:
         return Failed(f"no handler for item stage {item.stage!r}")
-    calls = Calls(ctx, item, ctx.client)
-    try:
-        try:
-            calls.client, calls.own_key = ctx.client_for(item.tenant_id)
-        except KeyringError as exc:
-            return Failed(f"the tenant's own upstream key cannot be used: {exc}")
-        skipped = budget_skip(ctx, item)
-        if skipped is not None:
-            return skipped
-        return handler(ctx, item, calls)
-    except Exception as exc:
-        if is_infrastructure_fault(exc):
-            # Redis, the database or the broker went away mid-try: the item is not at fault. The detail
-            # (which names internal hosts) goes to the log; the item shows a fixed line.
-            log.warning(
-                "item %s of job %s: infrastructure fault, try given back", item.id, item.job_id, exc_info=True
-            )
-            return Transient(describe_fault(exc), list(calls.rows), retry_in_s=INFRA_RETRY_S)
-        log.exception("item %s of job %s crashed", item.id, item.job_id)
-        return Failed(
-            f"internal error ({type(exc).__name__}); the details are in the worker log", list(calls.rows)
-        )
+    return behind_prologue(ctx, item, lambda calls: handler(ctx, item, calls), f"item {item.id}")
 
 
 def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:

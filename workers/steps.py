@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from checks import pricing
 from checks.answers import AGENT_PRESET
@@ -19,11 +19,13 @@ from clients.errors import CallInterrupted, UpstreamError
 from clients.perplexity import PerplexityClient
 from clients.records import CallRecord
 from clients.results import Decision
+from jobs.keyring import KeyringError
 from jobs.records import CallRow, ClaimedItem
 from workers.budget import over_budget, spend
 from workers.calls import call_rows
 from workers.context import WorkerContext
-from workers.faults import INFRA_ERRORS
+from workers.faults import INFRA_ERRORS, is_infrastructure_fault
+from workers.faults import describe as describe_fault
 from workers.limiter import LimiterTimeout
 from workers.outcomes import Failed, Outcome, PackOutcome, Skipped, Transient
 
@@ -175,3 +177,51 @@ def call_facts(record: CallRecord) -> dict[str, Any]:
         "latency_s": round(record.latency_s, 4),
         "sanitized": list(record.sanitized),
     }
+
+
+INFRA_RETRY_S = 5.0  # an outage of Redis or the database is usually seconds long
+R = TypeVar("R", Outcome, PackOutcome)
+
+
+def behind_prologue(
+    ctx: WorkerContext, head: ClaimedItem, body: Callable[[Calls], R], what: str
+) -> R | Failed | Transient | Skipped:
+    """Run `body` (an item's or a pack's handler) behind the one prologue every try shares: the tenant's
+    client, the budget check, the `Calls` that records every attempt. Never raises: an infrastructure fault
+    gives the try back (the item is not at fault; the detail, which names internal hosts, goes to the log),
+    anything else fails it with a fixed line."""
+    calls = Calls(ctx, head, ctx.client)
+    try:
+        try:
+            calls.client, calls.own_key = ctx.client_for(head.tenant_id)
+        except KeyringError as exc:
+            return Failed(f"the tenant's own upstream key cannot be used: {exc}")
+        skipped = budget_skip(ctx, head)
+        if skipped is not None:
+            return skipped
+        return body(calls)
+    except Exception as exc:
+        if is_infrastructure_fault(exc):
+            log.warning(
+                "%s of job %s: infrastructure fault, try given back", what, head.job_id, exc_info=True
+            )
+            return Transient(describe_fault(exc), list(calls.rows), retry_in_s=INFRA_RETRY_S)
+        log.exception("%s of job %s crashed", what, head.job_id)
+        return Failed(
+            f"internal error ({type(exc).__name__}); the details are in the worker log", list(calls.rows)
+        )
+
+
+def ask_packed(
+    calls: Calls, body: dict[str, object], model: str
+) -> tuple[Decision, dict[str, float]] | Failed | Transient:
+    """Send a packed request (docs/spec.md §9), its answers read leniently: a question left out is left
+    out of the probabilities (its item is asked again alone). The decision and each noul answer by name,
+    or the outcome of a request that did not answer."""
+    try:
+        decision: Decision = calls.run(lambda: calls.client.decide(body, partial=True), model)
+    except StepError as exc:
+        outcome = calls.failed(exc)
+        assert isinstance(outcome, Failed | Transient)
+        return outcome
+    return decision, {name: a.noul for name, a in decision.answers.items() if a.noul is not None}

@@ -23,7 +23,7 @@ from workers.answers import handle_investigation
 from workers.context import WorkerContext
 from workers.kinds import WorkerKind, register
 from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
-from workers.steps import Calls, StepError, call_facts, model_of
+from workers.steps import Calls, StepError, ask_packed, call_facts, model_of
 
 
 def handle_answer(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -78,13 +78,10 @@ def handle_sentence_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls
         packed = pack_sentences(plans, model)
     except ValueError as exc:
         return Failed(f"cannot score these sentences: {exc}")
-    try:
-        decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
-    except StepError as exc:
-        outcome = calls.failed(exc)
-        assert isinstance(outcome, Failed | Transient)
-        return outcome
-    answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
+    asked = ask_packed(calls, packed.body, model)
+    if isinstance(asked, Failed | Transient):
+        return asked
+    decision, answers = asked
     facts = call_facts(decision.record)
     tokens_in = split_count(decision.input_tokens, len(items))
     tokens_out = split_count(decision.output_tokens, len(items))
