@@ -87,6 +87,7 @@ def test_json_submission_creates_job_items_and_enqueues_start(web: WebEnv, calle
         "contradicted_max": 0.2,
         "budget_usd": 2.0,
         "priority": "batch",
+        "pack_size": 1,
     }
     assert body["priority"] == "batch"
     assert body["metadata"] == {"project": "q3-review", "owner": {"team": "facts"}}
@@ -142,6 +143,7 @@ def test_ndjson_submission_reads_options_and_metadata_from_query(web: WebEnv, ca
         "contradicted_max": 0.1,
         "budget_usd": 0.5,
         "priority": "interactive",
+        "pack_size": 1,
     }
     assert status["priority"] == "interactive"
     assert status["metadata"] == {"batch": 7}
