@@ -33,6 +33,7 @@ __all__ = [
     "InvestigationInput",
     "InvestigationOutput",
     "InvestigationView",
+    "RewritePack",
     "RewriteSentence",
     "SentenceScores",
     "SentenceSpec",
@@ -126,12 +127,22 @@ class SentenceVerdict(SentenceScores):
     error: str | None = None
 
 
+class RewritePack(StageRecord):
+    """Where a rewrite sentence was scored when its job packs (docs/spec.md §9): the number of the pack's
+    first sentence, the pack's size and the sentence's 0-based position in it."""
+
+    first: int
+    size: int
+    position: int
+
+
 class RewriteSentence(SentenceScores, SentenceSpec):
     """One sentence of an investigation's rewrite: as split and cited, then as scored (`done`), or the
-    request that failed (`failed`, `error`)."""
+    request that failed (`failed`, `error`); `pack` when it was scored in a packed request."""
 
     status: str = "failed"
     error: str | None = None
+    pack: RewritePack | None = None
 
 
 class InvestigationInput(StageRecord):

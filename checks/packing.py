@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from checks.answer_requests import MAX_QUESTIONS
+from checks.answer_requests import CHECKABLE_QUESTION, MAX_QUESTIONS, contradicts_question, supports_question
 from checks.citation_contracts import CitationPassage, SentencePlan
 from checks.contracts import StoredContract
 
@@ -29,6 +29,8 @@ __all__ = [
     "PackPlace",
     "PackedClaims",
     "PackedSentences",
+    "SentenceAnswers",
+    "answer_plan",
     "claim_key",
     "flash_warning",
     "group_sentences",
@@ -38,6 +40,7 @@ __all__ = [
     "sentence_key",
     "sentence_questions",
     "split_count",
+    "unpacked_answers",
 ]
 
 MAX_PACK_SIZE: Final = MAX_QUESTIONS  # one question per item at the least
@@ -203,6 +206,34 @@ class PackedSentences:
                 )
             )
         return out
+
+
+def answer_plan(number: int, claim: str, passages: Mapping[str, str]) -> SentencePlan:
+    """An answer kind's sentence (docs/spec.md §3.3) as a sentence to pack: every passage it cites is
+    asked `supports` and `contradicts`, as its unpacked request asks, keyed by its marker number."""
+    return SentencePlan(
+        number=number,
+        text=claim,
+        claim=claim,
+        paragraph=1,
+        cited=list(passages),
+        missing=[],
+        passages=[
+            CitationPassage(key=key, source=key, chunk=1, chunks=1, role="cited", text=text)
+            for key, text in passages.items()
+        ],
+    )
+
+
+def unpacked_answers(got: SentenceAnswers) -> dict[str, float]:
+    """A packed sentence's probabilities named as its unpacked request names them (`checkable`,
+    `supports_<n>`, `contradicts_<n>`), so the label policy reads it as an unpacked one."""
+    out = {CHECKABLE_QUESTION: got.checkable}
+    for key, p in got.supports.items():
+        out[supports_question(key)] = p
+        if key in got.contradicts:
+            out[contradicts_question(key)] = got.contradicts[key]
+    return out
 
 
 def pack_sentences(plans: Sequence[SentencePlan], model: str) -> PackedSentences:

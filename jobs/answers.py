@@ -41,6 +41,7 @@ from checks.answer_contracts import (
 )
 from checks.contracts import IncompleteStep, QuestionInput
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.packing import PackPlace, answer_plan, group_sentences
 from checks.stage_steps import incomplete_step, job_model, seconds_since, step_counts, why
 from jobs.intake import UnitSpec
 from models import Item, Job, utcnow
@@ -87,8 +88,13 @@ def _question_output(question: Item) -> AnswerQuestionOutput:
 # --- what comes next -----------------------------------------------------------------------------------
 
 
-def sentence_units(question: Item) -> list[UnitSpec]:
-    """One `sentence` item per sentence of the answer: the claim and its passages exactly as sent."""
+def sentence_units(question: Item, pack_size: int = 1) -> list[UnitSpec]:
+    """One `sentence` item per sentence of the answer: the claim and its passages exactly as sent; with
+    `pack_size` above 1 grouped into packs as citations' sentences are (docs/spec.md §9): one request asks
+    about several sentences, each still an item of its own."""
+    specs = _question_output(question).sentences
+    groups = group_sentences([answer_plan(s.number, s.claim, s.passages) for s in specs], pack_size)
+    pack_of = {index: number for number, group in enumerate(groups) if len(group) > 1 for index in group}
     return [
         UnitSpec(
             stage=SENTENCE,
@@ -105,8 +111,9 @@ def sentence_units(question: Item) -> list[UnitSpec]:
                 titles=spec.titles,  # stored even when the question's sentences have none
                 missing_ids=spec.missing_ids,
             ).dump(),
+            pack=pack_of.get(index),
         )
-        for spec in _question_output(question).sentences
+        for index, spec in enumerate(specs)
     ]
 
 
@@ -142,7 +149,7 @@ def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
         return []
     sentences = _sentences(children)
     if not sentences:
-        return sentence_units(question)
+        return sentence_units(question, int((job.options or {}).get("pack_size") or 1))
     if _investigations(children):
         return []
     if not gate.review_may_start([s.label for s in sentences]):
@@ -366,7 +373,8 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         chosen, past_limit = [], []
     reviews: dict[int, gate.Review] = {p: gate.Review.not_reviewed() for p in past_limit}
     rewrites: dict[int, list[RewriteSentence]] = {}  # sentence number -> rewrite sentences
-    partial_requests = partial_tokens = 0
+    partial_tokens = 0
+    requests = _requests([s.item for s in scored])
     for position in chosen:
         number = scored[position].number
         inv = investigations.get(number)
@@ -374,6 +382,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             continue
         rewrite = inv.output.sentences
         rewrites[number] = rewrite
+        requests += _rewrite_requests(rewrite)
         if inv.item.status == "done":
             paragraph = originals[position].paragraph
             reviews[position] = gate.Review.of(
@@ -381,7 +390,6 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             )
         else:
             done = [s for s in rewrite if s.status == "done"]
-            partial_requests += len(done)
             partial_tokens += sum(int(s.input_tokens or 0) for s in done)
             errors.append(
                 f"investigation of sentence {number} {inv.item.status}: {inv.item.error or ''}".rstrip(": ")
@@ -405,7 +413,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         replaced=figures.replaced,
         not_confirmed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_CONFIRMED),
         not_reviewed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_REVIEWED),
-        decisions_requests=figures.decisions_requests + partial_requests,
+        decisions_requests=requests,
         decisions_input_tokens=figures.decisions_input_tokens + partial_tokens,
         agent_calls=1 + sum(1 for i in investigations.values() if i.item.status in ("done", "failed")),
         seconds=round(figures.seconds, 1),
@@ -453,6 +461,26 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         summary=summary,
         request_ids=AnswerRequestIds(agent=agent_ids, decisions=decisions_ids),
     )
+
+
+def _requests(scored: Sequence[Item]) -> int:
+    """Decisions requests that answered the scored sentences: a pack once (docs/spec.md §9.2)."""
+    heads: set[int] = set()
+    alone = 0
+    for item in scored:
+        place = PackPlace.of(item.output)
+        if place is None or place.size <= 1:
+            alone += 1
+        else:
+            heads.add(place.head)
+    return alone + len(heads)
+
+
+def _rewrite_requests(rewrite: Sequence[RewriteSentence]) -> int:
+    """Decisions requests that answered a rewrite's scored sentences: a pack once."""
+    done = [s for s in rewrite if s.status == "done"]
+    packs = {s.pack.first for s in done if s.pack is not None}
+    return sum(1 for s in done if s.pack is None) + len(packs)
 
 
 def _agent_view(agent: AgentFacts | None) -> AgentView | None:
