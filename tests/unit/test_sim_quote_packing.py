@@ -10,10 +10,16 @@ import pytest
 
 from checks import quotes
 from checks.packing import pack_ranks, result_key
+from checks.quote_contracts import ResultInput, SourceRecord
 from checks.quotes import SourceResult
+from clients.results import Answer, Decision
+from jobs.records import ClaimedItem
 from simulator.config import SimConfig
 from simulator.engine import Engine
 from simulator.judge import packed_results
+from workers.outcomes import AskAlone, Done, PackAnswered
+from workers.quotes import handle_result, handle_result_pack
+from workers.steps import Calls
 
 MODEL = "pplx-decider-v1.1-27b"
 QUESTION = "How deep is the Mariana Trench?"
@@ -122,3 +128,57 @@ def test_a_result_with_a_missing_answer_maps_to_none() -> None:
     got = packed.answers_of(answers)
     assert got[0] == {"best": answers["r1_best"], "has_answer": answers["r1_has_answer"]}
     assert got[1] is None
+
+
+class _SimClient:
+    """The simulator's engine behind the client's `decide`, leaving out the questions `drop` names."""
+
+    def __init__(self, engine: Engine, drop: str = "") -> None:
+        self.engine = engine
+        self.drop = drop
+
+    def decide(self, body: dict[str, Any], *, partial: bool = False) -> Decision:
+        answers = {
+            name: Answer(
+                type=str(a["type"]),
+                noul=a.get("noul"),
+                choice=a.get("choice"),
+                probabilities=dict(a.get("probabilities") or {}),
+                confidence=a.get("confidence"),
+            )
+            for name, a in self.engine.decide(body).answers.items()
+            if not (self.drop and name.startswith(self.drop))
+        }
+        return Decision(answers=answers, input_tokens=90, output_tokens=6, search_results=[], model=MODEL)
+
+
+def _item(n: int, result: SourceResult) -> ClaimedItem:
+    return ClaimedItem(
+        id=n,
+        job_id=None,  # type: ignore[arg-type]
+        tenant_id=None,  # type: ignore[arg-type]
+        stage="result",
+        mode="result",
+        custom_id=f"q:r{result.index}",
+        input=ResultInput(question=QUESTION, result=SourceRecord.of(result)).dump(),
+        token=1,
+        options={"model": MODEL},
+        dedupe_key=None,
+        kind="quote",
+    )
+
+
+def test_the_pack_handler_stores_each_results_rank_and_asks_missing_ones_alone(engine: Engine) -> None:
+    items = [_item(n, r) for n, r in enumerate(RESULTS, start=1)]
+    client = _SimClient(engine, drop="r3_")
+    calls = Calls(ctx=None, item=items[0], client=client)  # type: ignore[arg-type]
+    outcome = handle_result_pack(None, items, calls)  # type: ignore[arg-type]
+    assert isinstance(outcome, PackAnswered)
+    assert [type(m) for m in outcome.members] == [Done, AskAlone, Done]
+    first = outcome.members[0]
+    assert isinstance(first, Done)
+    alone = handle_result(None, items[0], Calls(ctx=None, item=items[0], client=_SimClient(engine)))  # type: ignore[arg-type]
+    assert isinstance(alone, Done)
+    for key in ("answers", "candidate", "result_index"):
+        assert first.output[key] == alone.output[key]
+    assert first.output["input_tokens"] == 30  # its share of the request's 90
