@@ -231,3 +231,19 @@ def test_an_investigation_packs_its_rewrite_sentences_when_the_job_packs() -> No
         else:  # the sentence left out is asked again on its own
             assert len(decide_bodies) == 2 and "pack" not in sentences[1]
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+@pytest.mark.parametrize("kind", ["answer", "quote"])
+def test_a_flash_model_packed_earns_the_jobs_warning(kind: str) -> None:
+    import jobs.kinds.answer
+    import jobs.kinds.quote  # noqa: F401
+    from checks.questions import QuestionRow
+    from jobs.kinds import KINDS
+
+    part = KINDS.find(kind)
+    assert part is not None
+    rows = [QuestionRow("a", "Why?")]
+    flash = parse_questions_options({"model": "pplx-decider-flash-v1.2", "pack_size": 5})
+    assert "model card" in " ".join(part.units(rows, flash)[1])
+    assert part.units(rows, parse_questions_options({"model": "pplx-decider-flash-v1.2"}))[1] == []
+    assert part.units(rows, parse_questions_options({"pack_size": 5}))[1] == []
