@@ -16,6 +16,7 @@ from pydantic import Field
 
 from checks.answer_labels import Label
 from checks.contracts import IncompleteStep, StageRecord, Usage
+from checks.packing_audit import AuditPart
 
 __all__ = [
     "AgentFacts",
@@ -263,11 +264,13 @@ class AnswerReportSummary(StageRecord):
     failed_sentences: int = 0
     failed_investigations: int = 0
     incomplete_steps: dict[str, int] = Field(default_factory=dict)
+    # This question's part of the job's packing audit (docs/spec.md §9.6), when it was audited.
+    packing_audit: AuditPart | None = None
 
     @classmethod
     def empty(cls) -> AnswerReportSummary:
-        """Every total at zero, each field given (so each is stored)."""
-        return cls.model_construct(_fields_set=set(cls.model_fields))
+        """Every total at zero, each field given (so each is stored), no audit."""
+        return cls.model_construct(_fields_set=set(cls.model_fields) - {"packing_audit"})
 
 
 class AnswerRequestIds(StageRecord):

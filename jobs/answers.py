@@ -39,15 +39,18 @@ from checks.answer_contracts import (
     SentenceSpec,
     SentenceVerdict,
 )
+from checks.citation_contracts import SentenceScore
 from checks.contracts import IncompleteStep, QuestionInput
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
-from checks.packing import PackPlace, answer_plan, group_sentences
+from checks.packing import DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
+from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.stage_steps import incomplete_step, job_model, seconds_since, step_counts, why
 from jobs.intake import UnitSpec
 from models import Item, Job, utcnow
 
 SENTENCE = "sentence"
 INVESTIGATION = "investigation"
+AUDIT = "audit_sentence"  # a packed sentence asked again alone (docs/spec.md §9.6)
 
 
 @dataclass(frozen=True)
@@ -88,14 +91,15 @@ def _question_output(question: Item) -> AnswerQuestionOutput:
 # --- what comes next -----------------------------------------------------------------------------------
 
 
-def sentence_units(question: Item, pack_size: int = 1) -> list[UnitSpec]:
+def sentence_units(question: Item, pack_size: int = 1, audit_share: float = 0.0) -> list[UnitSpec]:
     """One `sentence` item per sentence of the answer: the claim and its passages exactly as sent; with
     `pack_size` above 1 grouped into packs as citations' sentences are (docs/spec.md §9): one request asks
-    about several sentences, each still an item of its own."""
+    about several sentences, each still an item of its own. An audited question (`audit_share`,
+    checks/packing_audit.py:audited) asks each packed sentence once more on its own (§9.6)."""
     specs = _question_output(question).sentences
     groups = group_sentences([answer_plan(s.number, s.claim, s.passages) for s in specs], pack_size)
     pack_of = {index: number for number, group in enumerate(groups) if len(group) > 1 for index in group}
-    return [
+    units = [
         UnitSpec(
             stage=SENTENCE,
             custom_id=f"{question.custom_id}:s{spec.number}",
@@ -114,6 +118,17 @@ def sentence_units(question: Item, pack_size: int = 1) -> list[UnitSpec]:
             pack=pack_of.get(index),
         )
         for index, spec in enumerate(specs)
+    ]
+    if not pack_of or not audited(question.position, audit_share):
+        return units
+    return units + [
+        UnitSpec(
+            stage=AUDIT,
+            custom_id=f"{question.custom_id}:a{specs[index].number}",
+            mode="audit",
+            input=units[index].input,
+        )
+        for index in sorted(pack_of)
     ]
 
 
@@ -149,7 +164,13 @@ def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
         return []
     sentences = _sentences(children)
     if not sentences:
-        return sentence_units(question, int((job.options or {}).get("pack_size") or 1))
+        options = job.options or {}
+        share = options.get("audit_share")
+        return sentence_units(
+            question,
+            int(options.get("pack_size") or 1),
+            DEFAULT_AUDIT_SHARE if share is None else float(share),
+        )
     if _investigations(children):
         return []
     if not gate.review_may_start([s.label for s in sentences]):
@@ -413,7 +434,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         replaced=figures.replaced,
         not_confirmed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_CONFIRMED),
         not_reviewed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_REVIEWED),
-        decisions_requests=requests,
+        decisions_requests=requests + sum(1 for c in children if c.stage == AUDIT and c.status == "done"),
         decisions_input_tokens=figures.decisions_input_tokens + partial_tokens,
         agent_calls=1 + sum(1 for i in investigations.values() if i.item.status in ("done", "failed")),
         seconds=round(figures.seconds, 1),
@@ -423,6 +444,9 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         failed_investigations=sum(1 for i in investigations.values() if i.item.status != "done"),
         incomplete_steps=step_counts(steps),
     )
+    audit = _audit_part(sentences, [c for c in children if c.stage == AUDIT])
+    if audit is not None:
+        summary = summary.model_copy(update={"packing_audit": audit})
 
     final = _final(
         originals,
@@ -461,6 +485,39 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         summary=summary,
         request_ids=AnswerRequestIds(agent=agent_ids, decisions=decisions_ids),
     )
+
+
+def _score(verdict: SentenceVerdict) -> SentenceScore:
+    return SentenceScore(
+        checkable=verdict.checkable or 0.0, supports=verdict.supports, contradicts=verdict.contradicts
+    )
+
+
+def _audit_part(sentences: Sequence[_Sentence], audits: Sequence[Item]) -> AuditPart | None:
+    """The question's packed sentences that were also asked alone, compared (checks/packing_audit.py)."""
+    solo = {
+        SentenceSpec.read(a.input).number: SentenceVerdict.read(a.output or {})
+        for a in audits
+        if a.status == "done"
+    }
+    pairs: list[AuditPair] = []
+    for s in sentences:
+        place = PackPlace.of(s.item.output)
+        alone = solo.get(s.number)
+        if s.label is None or place is None or alone is None or alone.label is None:
+            continue
+        if s.verdict.checkable is None or alone.checkable is None:
+            continue
+        pairs.append(
+            AuditPair(
+                position=place.position,
+                packed=_score(s.verdict),
+                solo=_score(alone),
+                packed_label=s.label,
+                solo_label=alone.label,
+            )
+        )
+    return audit_part(pairs) if pairs else None
 
 
 def _requests(scored: Sequence[Item]) -> int:

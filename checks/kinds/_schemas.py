@@ -148,6 +148,11 @@ QUESTIONS_OPTIONS: dict[str, Any] = {
             "results (quote: one question's rank requests) one Decisions request may carry; 1, the default, "
             "sends one request each, the shape the recorded outcomes were measured with (docs/spec.md §9).",
         },
+        "audit_share": {
+            **AUDIT_SHARE_OPTION,
+            "description": AUDIT_SHARE_OPTION["description"] + " `answer` jobs with pack_size above 1 only; "
+            "stored only when given; `quote` jobs do not audit.",
+        },
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,

@@ -258,6 +258,13 @@ def test_a_packed_answer_job_sends_fewer_requests_with_unpacked_labels(
     assert sorted(i["id"] for i in found["calls"][0]["items"]) == sorted(pack.pack_items or [])
     answered = [i for i in sentences if i.id in (pack.pack_items or [])]
     assert sum(i.output["usage"]["input_tokens"] for i in answered) == pack.input_tokens  # type: ignore[index]
+    # the audit: the first question's packed sentences asked again alone, agreeing
+    audits = [i for i in items if i.stage == "audit_sentence"]
+    summary = client.get(f"/v1/jobs/{packed_id}", headers=auth).get_json()["summary"]
+    audit = summary["packing_audit"]
+    assert audit["sentences"] == len(audits) > 0
+    assert audit["label_agreement"] == 1.0 and audit["warning"] is None
+    assert client.get(f"/v1/jobs/{single_id}", headers=auth).get_json()["summary"]["packing_audit"] is None
 
 
 QUOTES = ROOT / "examples" / "quote-questions.jsonl"

@@ -247,3 +247,24 @@ def test_a_flash_model_packed_earns_the_jobs_warning(kind: str) -> None:
     assert "model card" in " ".join(part.units(rows, flash)[1])
     assert part.units(rows, parse_questions_options({"model": "pplx-decider-flash-v1.2"}))[1] == []
     assert part.units(rows, parse_questions_options({"pack_size": 5}))[1] == []
+
+
+def test_an_audited_packed_answer_asks_its_packed_sentences_again_alone() -> None:
+    question = _question(SPECS)
+    question.position = 0
+    units = answer_jobs.sentence_units(question, 2, 0.02)
+    audits = [u for u in units if u.stage == "audit_sentence"]
+    assert [u.custom_id for u in audits] == ["q1:a1", "q1:a2"]  # the packed ones, not sentence 3
+    assert [u.input for u in audits] == [u.input for u in units[:2]] and all(u.pack is None for u in audits)
+    assert not [u for u in answer_jobs.sentence_units(question, 2, 0.0) if u.stage == "audit_sentence"]
+    assert not [u for u in answer_jobs.sentence_units(question, 1, 1.0) if u.stage == "audit_sentence"]
+    question.position = 1  # every 50th answer from the first
+    assert not [u for u in answer_jobs.sentence_units(question, 2, 0.02) if u.stage == "audit_sentence"]
+
+
+def test_answer_jobs_take_audit_share_stored_only_when_given() -> None:
+    assert "audit_share" not in parse_questions_options({"pack_size": 4}).as_dict()
+    assert parse_questions_options({"audit_share": "0.5"}).as_dict()["audit_share"] == 0.5
+    with pytest.raises(OptionsError) as err:
+        parse_questions_options({"audit_share": 2})
+    assert err.value.field == "audit_share"

@@ -17,6 +17,8 @@ KIND = register(
             "question": handle_answer_question,
             "sentence": handle_sentence,
             "investigation": handle_answer_investigation,
+            # the packing audit asks a packed sentence again in the unpacked shape
+            "audit_sentence": handle_sentence,
         },
         packs={"sentence": handle_sentence_pack},
     )
