@@ -265,6 +265,8 @@ def test_a_packed_answer_job_sends_fewer_requests_with_unpacked_labels(
     assert audit["sentences"] == len(audits) > 0
     assert audit["label_agreement"] == 1.0 and audit["warning"] is None
     assert client.get(f"/v1/jobs/{single_id}", headers=auth).get_json()["summary"]["packing_audit"] is None
+    page = _page(client, auth, f"/jobs/{packed_id}")
+    assert "Packing audit" in page and "Label agreement" in page
 
 
 QUOTES = ROOT / "examples" / "quote-questions.jsonl"
