@@ -464,7 +464,8 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         investigations=investigations,
         rewrites=rewrites,
     )
-    decisions_ids = [i for row in evidence for i in row.request_ids]
+    # A packed request answered several sentences: its id once.
+    decisions_ids = list(dict.fromkeys(i for row in evidence for i in row.request_ids))
     agent_ids = list(out.request_ids)
     for inv in investigations.values():
         agent_ids += list(inv.agent.request_ids)

@@ -250,6 +250,9 @@ def test_a_packed_answer_job_sends_fewer_requests_with_unpacked_labels(
         )
         assert requests == len(decisions[job_id])  # the report counts a pack once
     assert len(decisions[packed_id]) < len(decisions[single_id])
+    for line in packed.values():  # a packed request's id is listed once
+        ids = line["report"]["request_ids"]["decisions"]
+        assert len(ids) == len(set(ids))
     items, _calls = _rows(stack, packed_id)
     sentences = [i for i in items if i.stage == "sentence"]
     pack = next(c for c in decisions[packed_id] if c.pack_items)
