@@ -16,6 +16,7 @@ from pydantic import Field
 
 from checks.answer_labels import Label
 from checks.contracts import IncompleteStep, StageRecord, Usage
+from checks.packing_audit import AuditPart
 
 __all__ = [
     "AgentFacts",
@@ -33,6 +34,7 @@ __all__ = [
     "InvestigationInput",
     "InvestigationOutput",
     "InvestigationView",
+    "RewritePack",
     "RewriteSentence",
     "SentenceScores",
     "SentenceSpec",
@@ -126,12 +128,22 @@ class SentenceVerdict(SentenceScores):
     error: str | None = None
 
 
+class RewritePack(StageRecord):
+    """Where a rewrite sentence was scored when its job packs (docs/spec.md §9): the number of the pack's
+    first sentence, the pack's size and the sentence's 0-based position in it."""
+
+    first: int
+    size: int
+    position: int
+
+
 class RewriteSentence(SentenceScores, SentenceSpec):
     """One sentence of an investigation's rewrite: as split and cited, then as scored (`done`), or the
-    request that failed (`failed`, `error`)."""
+    request that failed (`failed`, `error`); `pack` when it was scored in a packed request."""
 
     status: str = "failed"
     error: str | None = None
+    pack: RewritePack | None = None
 
 
 class InvestigationInput(StageRecord):
@@ -252,11 +264,13 @@ class AnswerReportSummary(StageRecord):
     failed_sentences: int = 0
     failed_investigations: int = 0
     incomplete_steps: dict[str, int] = Field(default_factory=dict)
+    # This question's part of the job's packing audit (docs/spec.md §9.6), when it was audited.
+    packing_audit: AuditPart | None = None
 
     @classmethod
     def empty(cls) -> AnswerReportSummary:
-        """Every total at zero, each field given (so each is stored)."""
-        return cls.model_construct(_fields_set=set(cls.model_fields))
+        """Every total at zero, each field given (so each is stored), no audit."""
+        return cls.model_construct(_fields_set=set(cls.model_fields) - {"packing_audit"})
 
 
 class AnswerRequestIds(StageRecord):

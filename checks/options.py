@@ -186,7 +186,9 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
 
 # --- answer and quote jobs -----------------------------------------------------------------------------
 
-QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd", "priority", "webhook_url"})
+QUESTIONS_OPTION_NAMES = frozenset(
+    {"model", "budget_usd", "priority", "webhook_url", "pack_size", "audit_share"}
+)
 
 # The Decisions model the answer-gate label cutoffs (0.5/0.6/0.7/0.4), the quote cutoffs (0.3/0.6) and their
 # recorded outcomes (docs/spec.md §7.2, §7.3) were measured on. It is the default of `answer` and `quote`
@@ -223,9 +225,18 @@ class QuestionsOptions:
     budget_usd: float | None = None
     priority: Priority = "batch"
     webhook_url: str | None = None
+    # Sentences (answer) or search results (quote) per Decisions request (docs/spec.md §9); 1, the
+    # default, is the shape the recorded outcomes of docs/spec.md §7 were measured with.
+    pack_size: int = 1
+    # The share of a packed answer job's answers re-asked one sentence per request (docs/spec.md §9.6);
+    # None (not given): the default, DEFAULT_AUDIT_SHARE. Stored only when given; quote jobs do not audit.
+    audit_share: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return without_unset_webhook(asdict(self))
+        options = without_unset_webhook(asdict(self))
+        if options.get("audit_share") is None:
+            options.pop("audit_share", None)
+        return options
 
 
 def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
@@ -244,5 +255,10 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
     return QuestionsOptions(
-        model=model, budget_usd=budget, priority=priority_option(raw), webhook_url=webhook_url_option(raw)
+        model=model,
+        budget_usd=budget,
+        priority=priority_option(raw),
+        webhook_url=webhook_url_option(raw),
+        pack_size=pack_size_option(raw, 1),
+        audit_share=(audit_share_option(raw, 0.0) if raw.get("audit_share") not in (None, "") else None),
     )

@@ -15,11 +15,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from checks.answer_requests import MAX_QUESTIONS
+from checks.answer_requests import CHECKABLE_QUESTION, MAX_QUESTIONS, contradicts_question, supports_question
 from checks.citation_contracts import CitationPassage, SentencePlan
 from checks.contracts import StoredContract
+from checks.quotes import (
+    BEST_QUESTION,
+    HAS_ANSWER_CRITERIA,
+    HAS_ANSWER_QUESTION,
+    MAX_SENTENCES,
+    MIN_SENTENCES,
+    SourceResult,
+)
 
 __all__ = [
     "DEFAULT_AUDIT_SHARE",
@@ -28,16 +36,22 @@ __all__ = [
     "PackAnswerError",
     "PackPlace",
     "PackedClaims",
+    "PackedRanks",
     "PackedSentences",
+    "SentenceAnswers",
+    "answer_plan",
     "claim_key",
     "flash_warning",
     "group_sentences",
     "is_flash",
     "pack_claims",
+    "pack_ranks",
     "pack_sentences",
+    "result_key",
     "sentence_key",
     "sentence_questions",
     "split_count",
+    "unpacked_answers",
 ]
 
 MAX_PACK_SIZE: Final = MAX_QUESTIONS  # one question per item at the least
@@ -205,6 +219,34 @@ class PackedSentences:
         return out
 
 
+def answer_plan(number: int, claim: str, passages: Mapping[str, str]) -> SentencePlan:
+    """An answer kind's sentence (docs/spec.md §3.3) as a sentence to pack: every passage it cites is
+    asked `supports` and `contradicts`, as its unpacked request asks, keyed by its marker number."""
+    return SentencePlan(
+        number=number,
+        text=claim,
+        claim=claim,
+        paragraph=1,
+        cited=list(passages),
+        missing=[],
+        passages=[
+            CitationPassage(key=key, source=key, chunk=1, chunks=1, role="cited", text=text)
+            for key, text in passages.items()
+        ],
+    )
+
+
+def unpacked_answers(got: SentenceAnswers) -> dict[str, float]:
+    """A packed sentence's probabilities named as its unpacked request names them (`checkable`,
+    `supports_<n>`, `contradicts_<n>`), so the label policy reads it as an unpacked one."""
+    out = {CHECKABLE_QUESTION: got.checkable}
+    for key, p in got.supports.items():
+        out[supports_question(key)] = p
+        if key in got.contradicts:
+            out[contradicts_question(key)] = got.contradicts[key]
+    return out
+
+
 def pack_sentences(plans: Sequence[SentencePlan], model: str) -> PackedSentences:
     """One Decisions request for `plans` (one answer's sentences): every distinct passage once in the
     state (numbered in order of first use), every sentence as claim `s<number>`, and per sentence the
@@ -279,6 +321,88 @@ def pack_claims(claims: Sequence[str], model: str) -> PackedClaims:
     return PackedClaims(
         body={"model": model, "state": {"claims": state}, "questions": questions}, names=names
     )
+
+
+# --- quote ranks ------------------------------------------------------------------------------------------
+
+
+def result_key(index: int) -> str:
+    """The name of search result `index` (1-based) in a packed rank state: `r3`. Not "result 3": a number
+    after a noun reads as a sentence number in the rank questions' own numbering."""
+    return f"r{index}"
+
+
+def _best_text(key: str) -> str:
+    return (
+        f"Which numbered sentence of result {key} most directly answers the question? "
+        "Prefer a sentence that states the answer itself over one that only mentions the topic."
+    )
+
+
+def _has_answer_text(key: str) -> str:
+    return f"Does at least one of the numbered sentences of result {key} answer the question?"
+
+
+@dataclass(frozen=True)
+class PackedRanks:
+    """A packed rank request: one question's search results, each with its own choice and yes/no pair."""
+
+    body: dict[str, object]
+    keys: tuple[str, ...]  # each member's result key, in member order
+
+    def answers_of(self, answers: Mapping[str, Mapping[str, Any]]) -> list[dict[str, dict[str, Any]] | None]:
+        """Each member's raw answers named as its unpacked rank request names them (`best`,
+        `has_answer`); None for a member with either missing (it is asked again on its own)."""
+        out: list[dict[str, dict[str, Any]] | None] = []
+        for key in self.keys:
+            best = answers.get(f"{key}_{BEST_QUESTION}")
+            has = answers.get(f"{key}_{HAS_ANSWER_QUESTION}")
+            out.append(
+                None
+                if best is None or has is None
+                else {BEST_QUESTION: dict(best), HAS_ANSWER_QUESTION: dict(has)}
+            )
+        return out
+
+
+def pack_ranks(question: str, results: Sequence[SourceResult], model: str) -> PackedRanks:
+    """One Decisions request for several results' rank requests (docs/spec.md §4.3): every result's
+    source and numbered sentences in one state under `r<index>`, and per result the unpacked request's
+    `best` choice (its sentences as options) and `has_answer` yes/no, named `r<index>_best` and
+    `r<index>_has_answer`, their texts naming the result."""
+    if not results:
+        raise ValueError("a pack needs at least one result")
+    state: dict[str, object] = {}
+    questions: dict[str, object] = {}
+    keys: list[str] = []
+    for result in results:
+        if not MIN_SENTENCES <= len(result.sentences) <= MAX_SENTENCES:
+            raise ValueError(
+                f"result {result.index}: a rank request needs {MIN_SENTENCES}-{MAX_SENTENCES} sentences, "
+                f"got {len(result.sentences)}"
+            )
+        key = result_key(result.index)
+        if key in state:
+            raise ValueError(f"result {result.index} twice in one pack")
+        numbered = {str(n): text for n, text in enumerate(result.sentences, start=1)}
+        state[key] = {"source": {"title": result.title, "url": result.url}, "sentences": numbered}
+        questions[f"{key}_{BEST_QUESTION}"] = {
+            "type": "choice",
+            "instructions": _best_text(key),
+            "criteria": dict(numbered),
+        }
+        questions[f"{key}_{HAS_ANSWER_QUESTION}"] = {
+            "type": "noul",
+            "instructions": _has_answer_text(key),
+            "criteria": dict(HAS_ANSWER_CRITERIA),
+        }
+        keys.append(key)
+    body: dict[str, object] = {
+        "model": model,
+        "state": {"question": question, "results": state},
+        "questions": questions,
+    }
+    return PackedRanks(body=body, keys=tuple(keys))
 
 
 def input_bytes(body: Mapping[str, object]) -> int:

@@ -39,14 +39,18 @@ from checks.answer_contracts import (
     SentenceSpec,
     SentenceVerdict,
 )
+from checks.citation_contracts import SentenceScore
 from checks.contracts import IncompleteStep, QuestionInput
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.packing import DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
+from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.stage_steps import incomplete_step, job_model, seconds_since, step_counts, why
 from jobs.intake import UnitSpec
 from models import Item, Job, utcnow
 
 SENTENCE = "sentence"
 INVESTIGATION = "investigation"
+AUDIT = "audit_sentence"  # a packed sentence asked again alone (docs/spec.md §9.6)
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,15 @@ def _question_output(question: Item) -> AnswerQuestionOutput:
 # --- what comes next -----------------------------------------------------------------------------------
 
 
-def sentence_units(question: Item) -> list[UnitSpec]:
-    """One `sentence` item per sentence of the answer: the claim and its passages exactly as sent."""
-    return [
+def sentence_units(question: Item, pack_size: int = 1, audit_share: float = 0.0) -> list[UnitSpec]:
+    """One `sentence` item per sentence of the answer: the claim and its passages exactly as sent; with
+    `pack_size` above 1 grouped into packs as citations' sentences are (docs/spec.md §9): one request asks
+    about several sentences, each still an item of its own. An audited question (`audit_share`,
+    checks/packing_audit.py:audited) asks each packed sentence once more on its own (§9.6)."""
+    specs = _question_output(question).sentences
+    groups = group_sentences([answer_plan(s.number, s.claim, s.passages) for s in specs], pack_size)
+    pack_of = {index: number for number, group in enumerate(groups) if len(group) > 1 for index in group}
+    units = [
         UnitSpec(
             stage=SENTENCE,
             custom_id=f"{question.custom_id}:s{spec.number}",
@@ -105,8 +115,20 @@ def sentence_units(question: Item) -> list[UnitSpec]:
                 titles=spec.titles,  # stored even when the question's sentences have none
                 missing_ids=spec.missing_ids,
             ).dump(),
+            pack=pack_of.get(index),
         )
-        for spec in _question_output(question).sentences
+        for index, spec in enumerate(specs)
+    ]
+    if not pack_of or not audited(question.position, audit_share):
+        return units
+    return units + [
+        UnitSpec(
+            stage=AUDIT,
+            custom_id=f"{question.custom_id}:a{specs[index].number}",
+            mode="audit",
+            input=units[index].input,
+        )
+        for index in sorted(pack_of)
     ]
 
 
@@ -142,7 +164,13 @@ def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
         return []
     sentences = _sentences(children)
     if not sentences:
-        return sentence_units(question)
+        options = job.options or {}
+        share = options.get("audit_share")
+        return sentence_units(
+            question,
+            int(options.get("pack_size") or 1),
+            DEFAULT_AUDIT_SHARE if share is None else float(share),
+        )
     if _investigations(children):
         return []
     if not gate.review_may_start([s.label for s in sentences]):
@@ -366,7 +394,8 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         chosen, past_limit = [], []
     reviews: dict[int, gate.Review] = {p: gate.Review.not_reviewed() for p in past_limit}
     rewrites: dict[int, list[RewriteSentence]] = {}  # sentence number -> rewrite sentences
-    partial_requests = partial_tokens = 0
+    partial_tokens = 0
+    requests = _requests([s.item for s in scored])
     for position in chosen:
         number = scored[position].number
         inv = investigations.get(number)
@@ -374,6 +403,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             continue
         rewrite = inv.output.sentences
         rewrites[number] = rewrite
+        requests += _rewrite_requests(rewrite)
         if inv.item.status == "done":
             paragraph = originals[position].paragraph
             reviews[position] = gate.Review.of(
@@ -381,7 +411,6 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             )
         else:
             done = [s for s in rewrite if s.status == "done"]
-            partial_requests += len(done)
             partial_tokens += sum(int(s.input_tokens or 0) for s in done)
             errors.append(
                 f"investigation of sentence {number} {inv.item.status}: {inv.item.error or ''}".rstrip(": ")
@@ -405,7 +434,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         replaced=figures.replaced,
         not_confirmed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_CONFIRMED),
         not_reviewed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_REVIEWED),
-        decisions_requests=figures.decisions_requests + partial_requests,
+        decisions_requests=requests + sum(1 for c in children if c.stage == AUDIT and c.status == "done"),
         decisions_input_tokens=figures.decisions_input_tokens + partial_tokens,
         agent_calls=1 + sum(1 for i in investigations.values() if i.item.status in ("done", "failed")),
         seconds=round(figures.seconds, 1),
@@ -415,6 +444,9 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         failed_investigations=sum(1 for i in investigations.values() if i.item.status != "done"),
         incomplete_steps=step_counts(steps),
     )
+    audit = _audit_part(sentences, [c for c in children if c.stage == AUDIT])
+    if audit is not None:
+        summary = summary.model_copy(update={"packing_audit": audit})
 
     final = _final(
         originals,
@@ -432,7 +464,8 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         investigations=investigations,
         rewrites=rewrites,
     )
-    decisions_ids = [i for row in evidence for i in row.request_ids]
+    # A packed request answered several sentences: its id once.
+    decisions_ids = list(dict.fromkeys(i for row in evidence for i in row.request_ids))
     agent_ids = list(out.request_ids)
     for inv in investigations.values():
         agent_ids += list(inv.agent.request_ids)
@@ -453,6 +486,59 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         summary=summary,
         request_ids=AnswerRequestIds(agent=agent_ids, decisions=decisions_ids),
     )
+
+
+def _score(verdict: SentenceVerdict) -> SentenceScore:
+    return SentenceScore(
+        checkable=verdict.checkable or 0.0, supports=verdict.supports, contradicts=verdict.contradicts
+    )
+
+
+def _audit_part(sentences: Sequence[_Sentence], audits: Sequence[Item]) -> AuditPart | None:
+    """The question's packed sentences that were also asked alone, compared (checks/packing_audit.py)."""
+    solo = {
+        SentenceSpec.read(a.input).number: SentenceVerdict.read(a.output or {})
+        for a in audits
+        if a.status == "done"
+    }
+    pairs: list[AuditPair] = []
+    for s in sentences:
+        place = PackPlace.of(s.item.output)
+        alone = solo.get(s.number)
+        if s.label is None or place is None or alone is None or alone.label is None:
+            continue
+        if s.verdict.checkable is None or alone.checkable is None:
+            continue
+        pairs.append(
+            AuditPair(
+                position=place.position,
+                packed=_score(s.verdict),
+                solo=_score(alone),
+                packed_label=s.label,
+                solo_label=alone.label,
+            )
+        )
+    return audit_part(pairs) if pairs else None
+
+
+def _requests(scored: Sequence[Item]) -> int:
+    """Decisions requests that answered the scored sentences: a pack once (docs/spec.md §9.2)."""
+    heads: set[int] = set()
+    alone = 0
+    for item in scored:
+        place = PackPlace.of(item.output)
+        if place is None or place.size <= 1:
+            alone += 1
+        else:
+            heads.add(place.head)
+    return alone + len(heads)
+
+
+def _rewrite_requests(rewrite: Sequence[RewriteSentence]) -> int:
+    """Decisions requests that answered a rewrite's scored sentences: a pack once."""
+    done = [s for s in rewrite if s.status == "done"]
+    packs = {s.pack.first for s in done if s.pack is not None}
+    return sum(1 for s in done if s.pack is None) + len(packs)
 
 
 def _agent_view(agent: AgentFacts | None) -> AgentView | None:

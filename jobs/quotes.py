@@ -22,6 +22,7 @@ from typing import Any
 from checks import quotes
 from checks.contracts import IncompleteStep, QuestionInput
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
+from checks.packing import PackPlace
 from checks.quote_contracts import (
     CandidateRecord,
     CompareInput,
@@ -141,14 +142,19 @@ def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
     record = _record(job, question)
     asked = QuestionInput.read(question.input).question
     if not ranked:
+        # With `pack_size` above 1 the question's rank requests go in packs of that many results
+        # (docs/spec.md §9); each result is still an item of its own.
+        pack_size = int((job.options or {}).get("pack_size") or 1)
+        targets = record.rank_targets
         return [
             UnitSpec(
                 stage=RESULT,
                 custom_id=f"{question.custom_id}:r{target.index}",
                 mode=RESULT,
                 input=ResultInput(question=asked, result=SourceRecord.of(target)).dump(),
+                pack=n // pack_size if pack_size > 1 and len(targets) > 1 else None,
             )
-            for target in record.rank_targets
+            for n, target in enumerate(targets)
         ]
     if _compare(children) is not None:
         return []
@@ -358,7 +364,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         error=None,
         run=run,
         summary=QuoteReportSummary(
-            decisions_requests=run.totals.decisions_requests,
+            decisions_requests=run.totals.decisions_requests - _packed_away(ranked),
             failed_requests=run.totals.failed_requests,
             search_requests=1,
             input_tokens=run.totals.input_tokens,
@@ -369,11 +375,23 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
     )
 
 
+def _packed_away(ranked: Sequence[_Rank]) -> int:
+    """Rank requests the run record counts that were not sent: a pack of n results is one request, not n
+    (docs/spec.md §9.2)."""
+    sizes: dict[int, int] = {}
+    for rank in ranked:
+        place = PackPlace.of(rank.item.output)
+        if rank.item.status in ("done", "failed") and place is not None:
+            sizes[place.head] = sizes.get(place.head, 0) + 1
+    return sum(n - 1 for n in sizes.values())
+
+
 def _request_ids(search_ids: Sequence[str], ranked: Sequence[_Rank], compare_ids: Sequence[str]) -> list[str]:
     ids = list(search_ids)
     for rank in ranked:
         ids += list(rank.output.request_ids)
-    return [i for i in [*ids, *compare_ids] if i]
+    # A packed rank request answered several results: its id once.
+    return list(dict.fromkeys(i for i in [*ids, *compare_ids] if i))
 
 
 def _result_rows(

@@ -31,6 +31,8 @@ from sqlalchemy.orm import Session
 from checks import questions as question_rules
 from checks.contracts import Contract, QuestionInput, StageRecord, Usage
 from checks.ndjson import RowLine
+from checks.options import QuestionsOptions
+from checks.packing import flash_warning
 from checks.questions import QuestionRow
 from checks.recipes import RowLimits, recipe_for
 from jobs import bulk_load
@@ -101,7 +103,15 @@ def load_question_rows(
     with bulk_load.StagedRows(session, job.id) as staged:
         stager = _QuestionStager(staged, quota)
         question_rules.stream_question_rows(lines, stager, max_rows=limits.max_rows)
-    return Staged(rows=staged.count, items=stager.items, warnings=[])
+    return Staged(rows=staged.count, items=stager.items, warnings=question_warnings(options))
+
+
+def question_warnings(options: object) -> list[str]:
+    """The intake warnings a question job's options earn: a flash model packed (docs/spec.md §9.3)."""
+    if not isinstance(options, QuestionsOptions):
+        return []
+    flash = flash_warning(options.model, options.pack_size)
+    return [flash] if flash else []
 
 
 def build_question_items(session: Session, job: Job) -> int:
@@ -125,7 +135,7 @@ def staged_kind(
     has a current report."""
 
     def question_rows(rows: Sequence[QuestionRow], options: object) -> tuple[list[UnitSpec], list[str]]:
-        return question_units(rows, name), []
+        return question_units(rows, name), question_warnings(options)
 
     return JobKind(
         name,

@@ -13,9 +13,10 @@ request keeps up to 10 results, and an `Evidence:` block with their snippets is 
 reads. The search fails open: if it fails or finds nothing, `search_results` is `[]` and the answer comes
 from the state and the model's knowledge alone.
 
-Packed requests (a state whose `claims` is a mapping, docs/spec.md §7.4): each question is judged as it
-would be in a request holding its claim alone (`simulator/judge.py`), so packed and unpacked answers agree,
-unless the test knob `SimConfig.pack_drift` moves them by their position in the request.
+Packed requests (a state whose `claims` is a mapping, or a rank state whose `results` is, docs/spec.md
+§7.4): each question is judged as it would be in a request holding its claim (its result) alone
+(`simulator/judge.py`), so packed and unpacked answers agree, unless the test knob `SimConfig.pack_drift`
+moves them by their position in the request.
 
 Token counts are about UTF-8 bytes / 4 of what the model read (state, evidence, the first question); each
 further question costs `SimConfig.tokens_per_question` (the model reads the state once and every question
@@ -37,7 +38,7 @@ from checks.grounding import MAX_QUERY_BYTES, QueryPart, is_data_url, search_que
 from simulator.agent_writer import AgentWriter
 from simulator.config import SimConfig
 from simulator.index import CorpusIndex, Hit
-from simulator.judge import Judge, packed_claims, strings_in
+from simulator.judge import Judge, packed_claims, packed_results, strings_in
 
 __all__ = ["AgentOutcome", "DecisionOutcome", "Engine", "drifted", "grounding_query", "input_tokens"]
 
@@ -197,7 +198,8 @@ class Engine:
             # Grounded evidence comes from every question's search, so the whole request keys the jitter.
             request_key=self._request_key(body) if grounded else None,
         )
-        if self.config.pack_drift and packed_claims(state) is not None:
+        packed = packed_claims(state) is not None or packed_results(state) is not None
+        if self.config.pack_drift and packed:
             answers = drifted(answers, self.config.pack_drift)
         state_text = state if isinstance(state, str) else _json(state)
         per_question = self.config.tokens_per_question

@@ -38,7 +38,9 @@ The heuristic, in full:
 Packed requests. A mapping state whose `claims` is a mapping carries several claims (`{"claims": {"s1": ...,
 "s3": ...}, "passages": {...}}`); each question is about the claim its name starts with (`s1_supports_2`) or
 that its text names ("claim s1"), and is judged as it would be in a request holding that claim alone: the
-claim, the question and the passage it names are all the heuristic reads.
+claim, the question and the passage it names are all the heuristic reads. A packed rank request (`{"question":
+..., "results": {"r1": {"source": ..., "sentences": {...}}, ...}}`) is read the same way: each question is
+about the result its name starts with (`r1_best`) and reads that result's sentences alone.
 
 Every probability then gets a jitter of under one hundredth, keyed by the seed and what the question is about
 (the model, the question's intent and type, the claim, the state's question and the passages the question
@@ -69,6 +71,7 @@ __all__ = [
     "compare",
     "features",
     "packed_claims",
+    "packed_results",
     "strings_in",
     "topic_coverage",
 ]
@@ -412,6 +415,8 @@ class _StateView:
     numbered: dict[str, str]  # passages, sentences or candidates by their key
     kind: str  # "passages" | "sentences" | "candidates" | ""
     claims: dict[str, str] = field(default_factory=dict)  # a packed request's claims by their key
+    # a packed rank request's results by their key, each its numbered sentences
+    results: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def strings_in(value: object) -> list[str]:
@@ -440,11 +445,28 @@ def packed_claims(state: object) -> dict[str, str] | None:
     return {str(key): "\n".join(strings_in(value)) for key, value in claims.items()}
 
 
+def packed_results(state: object) -> dict[str, dict[str, str]] | None:
+    """The results of a packed rank request by their key, each its numbered sentences (its state is a
+    mapping whose `results` maps keys to results with `sentences`), or None for any other state."""
+    if not isinstance(state, Mapping):
+        return None
+    results = state.get("results")
+    if not isinstance(results, Mapping) or not results:
+        return None
+    found: dict[str, dict[str, str]] = {}
+    for key, result in results.items():
+        sentences = result.get("sentences") if isinstance(result, Mapping) else None
+        if not isinstance(sentences, Mapping):
+            return None
+        found[str(key)] = {str(k): "\n".join(strings_in(v)) for k, v in sentences.items()}
+    return found
+
+
 _CLAIM_PREFIX = re.compile(r"([^\W_]+)_")
 _CLAIM_IN_TEXT = re.compile(r"\bclaim\s+([^\W_]+)", re.I)
 
 
-def _claim_key(name: str, text: str, claims: Mapping[str, str]) -> str | None:
+def _claim_key(name: str, text: str, claims: Mapping[str, object]) -> str | None:
     """The packed claim a question is about: its name's prefix (`s1_supports_2`), else "claim s1" in its
     text."""
     prefix = _CLAIM_PREFIX.match(name)
@@ -459,6 +481,10 @@ def _claim_key(name: str, text: str, claims: Mapping[str, str]) -> str | None:
 def _own_view(view: _StateView, name: str, text: str) -> _StateView:
     """The state as one question of a packed request sees it: its own claim in place of the whole state.
     A question naming no claim of the pack reads the whole state, as any unknown shape does."""
+    if view.results:
+        # A packed rank request: the question reads its own result's sentences, as its unpacked one does.
+        key = _claim_key(name, text, view.results)
+        return view if key is None else replace(view, numbered=view.results[key], kind="sentences")
     if not view.claims:
         return view
     key = _claim_key(name, text, view.claims)
@@ -487,7 +513,9 @@ def _view(state: object) -> _StateView:
         claim_text = question_text
     else:
         claim_text = "\n".join(strings_in(state))
-    return _StateView(claim_text, question_text, numbered, kind, packed_claims(state) or {})
+    return _StateView(
+        claim_text, question_text, numbered, kind, packed_claims(state) or {}, packed_results(state) or {}
+    )
 
 
 def _question_text(question: Mapping[str, object]) -> str:

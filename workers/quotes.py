@@ -8,11 +8,13 @@ the database alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from checks import quotes
 from checks.contracts import QuestionInput
+from checks.packing import pack_ranks, split_count
 from checks.quote_contracts import (
     CandidateRecord,
     CompareInput,
@@ -27,7 +29,7 @@ from checks.quote_contracts import (
 from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.outcomes import Done, Failed, Outcome
+from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
 from workers.steps import Calls, StepError, answers_as_dicts, call_facts, model_of
 
 
@@ -93,6 +95,51 @@ def handle_result(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcom
         return Failed(error, calls.rows, ranked.model_copy(update={"error": error}).dump())
     done = ranked.model_copy(update={"candidate": CandidateRecord.of(candidate)})
     return Done(done.dump(), calls.rows)
+
+
+def handle_result_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: Calls) -> PackOutcome:
+    """Rank several results of one question in one request (docs/spec.md §9): each result keeps its own
+    choice and yes/no pair, and its item stores them named as its unpacked rank request names them, with
+    its share of the request's tokens; a result whose answers are missing is asked again alone."""
+    model = model_of(items[0])
+    tasks = [ResultInput.read(i.input) for i in items]
+    sources = [t.result.value() for t in tasks]
+    try:
+        packed = pack_ranks(tasks[0].question, sources, model)
+    except ValueError as exc:
+        return Failed(str(exc))
+    try:
+        decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
+    except StepError as exc:
+        outcome = calls.failed(exc)
+        assert isinstance(outcome, Failed | Transient)
+        return outcome
+    facts = call_facts(decision.record)
+    tokens_in = split_count(decision.input_tokens, len(items))
+    tokens_out = split_count(decision.output_tokens, len(items))
+    members: list[Member] = []
+    for i, (source, answers) in enumerate(
+        zip(sources, packed.answers_of(answers_as_dicts(decision)), strict=True)
+    ):
+        if answers is None:
+            members.append(AskAlone("the packed answer left out this result's questions"))
+            continue
+        ranked = RankOutput(
+            **facts,
+            input_tokens=tokens_in[i],
+            output_tokens=tokens_out[i],
+            model=decision.model,
+            answers=answers,
+            result_index=source.index,
+        )
+        try:
+            candidate = quotes.parse_rank_answers(source, answers, request_id=decision.record.request_id)
+        except quotes.QuoteAnswerError as exc:
+            error = f"unusable rank answer: {exc}"
+            members.append(Failed(error, [], ranked.model_copy(update={"error": error}).dump()))
+            continue
+        members.append(Done(ranked.model_copy(update={"candidate": CandidateRecord.of(candidate)}).dump()))
+    return PackAnswered(members, calls.rows)
 
 
 def handle_compare(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:

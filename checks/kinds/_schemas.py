@@ -141,6 +141,18 @@ QUESTIONS_OPTIONS: dict[str, Any] = {
             f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
             "every report notes that the cutoffs were not measured on the model the job used.",
         },
+        "pack_size": {
+            **PACK_SIZE_OPTION,
+            "default": 1,
+            "description": "The most sentences (answer: an answer's sentences, and a rewrite's) or search "
+            "results (quote: one question's rank requests) one Decisions request may carry; 1, the default, "
+            "sends one request each, the shape the recorded outcomes were measured with (docs/spec.md §9).",
+        },
+        "audit_share": {
+            **AUDIT_SHARE_OPTION,
+            "description": AUDIT_SHARE_OPTION["description"] + " `answer` jobs with pack_size above 1 only; "
+            "stored only when given; `quote` jobs do not audit.",
+        },
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,

@@ -20,6 +20,7 @@ from checks.kinds._questions import (
     QuestionsSummary,
     as_report,
 )
+from checks.packing_audit import AuditPart, PackingAudit, combine
 from checks.recipes import Recipe, StageSpec, register
 
 CSV_COLUMNS = (
@@ -49,6 +50,11 @@ class AnswerSummary(QuestionsSummary):
     kind: Literal["answer"] = "answer"
     before: dict[str, int] = Field(default_factory=dict, description="Sentence labels before review.")
     after: dict[str, int] = Field(default_factory=dict, description="Sentence labels after review.")
+    packing_audit: PackingAudit | None = Field(
+        default=None,
+        description="Packed sentences asked again one per request, compared (docs/spec.md §9.6); null when "
+        "the job packed nothing or audited nothing.",
+    )
 
 
 # --- job summary and results lines (pure: over stored reports) ------------------------------------------
@@ -80,9 +86,12 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
     before: dict[str, int] = {}
     after: dict[str, int] = {}
     steps: dict[str, int] = {}
+    audits: list[AuditPart] = []
     questions = 0
     for status, summary in reports:
         questions += 1
+        if isinstance(found := (summary or {}).get("packing_audit"), Mapping):
+            audits.append(AuditPart.read(found))
         if status is not None:
             outcomes[status] = outcomes.get(status, 0) + 1
         for name in SUMMARY_TOTALS:
@@ -99,6 +108,7 @@ def summarize_job(reports: Iterable[tuple[str | None, Mapping[str, Any] | None]]
         totals={k: (v if k == "seconds" else int(v)) for k, v in totals.items()},
         before=dict(sorted(before.items(), key=lambda kv: order.get(kv[0], 99))),
         after=dict(sorted(after.items(), key=lambda kv: order.get(kv[0], 99))),
+        packing_audit=combine(audits),
     )
 
 
@@ -154,6 +164,8 @@ RECIPE = register(
             StageSpec("question", "agent"),
             StageSpec("sentence", "decisions"),
             StageSpec("investigation", "agent"),
+            # a packed sentence asked again alone, for the packing audit (docs/spec.md §9.6)
+            StageSpec("audit_sentence", "decisions"),
         ),
         result_line=AnswerResult,
         summary=AnswerSummary,

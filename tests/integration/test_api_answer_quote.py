@@ -164,7 +164,12 @@ def test_json_intake_creates_one_question_item_per_row(web: WebEnv, caller: Call
     assert resp.status_code == 202, resp.get_json()
     body = resp.get_json()
     assert body["kind"] == kind and body["request_counts"]["total"] == 2
-    assert body["options"] == {"model": "pplx-decider-flash-latest", "budget_usd": None, "priority": "batch"}
+    assert body["options"] == {
+        "model": "pplx-decider-flash-latest",
+        "budget_usd": None,
+        "priority": "batch",
+        "pack_size": 1,
+    }
     items = items_of(web, body["id"])
     assert [(i.stage, i.custom_id, i.parent_id) for i in items] == [
         ("question", "q1", None),
@@ -184,6 +189,7 @@ def test_question_jobs_default_to_the_model_their_cutoffs_were_measured_on(
         "model": "pplx-decider-v1.1-27b",
         "budget_usd": None,
         "priority": "batch",
+        "pack_size": 1,
     }
     claims = post(web, caller, {"kind": "claims", "items": [{"id": "c", "claim": "Water is wet."}]})
     assert claims.get_json()["options"]["model"] == "pplx-decider-latest"  # claims keep their default
@@ -200,6 +206,7 @@ def test_ndjson_intake_takes_options_from_the_query(web: WebEnv, caller: Caller)
         "model": "pplx-decider-v1.2",
         "budget_usd": 0.5,
         "priority": "batch",
+        "pack_size": 1,
     }
 
 

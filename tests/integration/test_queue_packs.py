@@ -211,3 +211,109 @@ def test_the_audit_warns_when_packing_moves_verdicts(
     assert audit["max_abs_delta"] > audit["mean_abs_delta"] and len(audit["by_position"]) > 1
     page = _page(client, auth, f"/jobs/{job_id}")
     assert "packed verdicts differ from unpacked ones" in page
+
+
+ANSWERS = ROOT / "examples" / "answer-questions.jsonl"
+
+
+def _evidence(lines: dict[str, dict[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        cid: [(r["role"], r["number"], r["rewrite_number"], r["label"]) for r in line["report"]["evidence"]]
+        for cid, line in lines.items()
+    }
+
+
+def test_a_packed_answer_job_sends_fewer_requests_with_unpacked_labels(
+    stack: SharedStack, app: Flask, auth: dict[str, str]
+) -> None:
+    """An answer job with pack_size 8 asks each answer's sentences (and each rewrite's) in one request and
+    labels every sentence, original and rewrite, as the unpacked job does."""
+    client = app.test_client()
+    body = ANSWERS.read_bytes()
+    packed_id = _submit(client, auth, "answer", body, "&pack_size=8")
+    single_id = _submit(client, auth, "answer", body)
+    for job_id in (packed_id, single_id):
+        job = stack.wait_job(uuid.UUID(job_id), timeout=180)
+        assert job.status == "completed", job.error
+    packed, single = _results(client, auth, packed_id), _results(client, auth, single_id)
+    assert _evidence(packed) == _evidence(single)
+    assert any(r == "rewrite" for rows in _evidence(packed).values() for r, *_ in rows)
+
+    decisions = {}
+    for job_id in (packed_id, single_id):
+        items, calls = _rows(stack, job_id)
+        decisions[job_id] = [c for c in calls if c.endpoint == "decisions"]
+        assert all(i.status == "done" for i in items)
+        requests = sum(
+            line["report"]["summary"]["decisions_requests"]
+            for line in _results(client, auth, job_id).values()
+        )
+        assert requests == len(decisions[job_id])  # the report counts a pack once
+    assert len(decisions[packed_id]) < len(decisions[single_id])
+    for line in packed.values():  # a packed request's id is listed once
+        ids = line["report"]["request_ids"]["decisions"]
+        assert len(ids) == len(set(ids))
+    items, _calls = _rows(stack, packed_id)
+    sentences = [i for i in items if i.stage == "sentence"]
+    pack = next(c for c in decisions[packed_id] if c.pack_items)
+    # a request id resolves to every sentence it answered, each with its share of the tokens
+    found = client.get(f"/v1/requests/{pack.request_id}", headers=auth).get_json()
+    assert sorted(i["id"] for i in found["calls"][0]["items"]) == sorted(pack.pack_items or [])
+    answered = [i for i in sentences if i.id in (pack.pack_items or [])]
+    assert sum(i.output["usage"]["input_tokens"] for i in answered) == pack.input_tokens  # type: ignore[index]
+    # the audit: the first question's packed sentences asked again alone, agreeing
+    audits = [i for i in items if i.stage == "audit_sentence"]
+    summary = client.get(f"/v1/jobs/{packed_id}", headers=auth).get_json()["summary"]
+    audit = summary["packing_audit"]
+    assert audit["sentences"] == len(audits) > 0
+    assert audit["label_agreement"] == 1.0 and audit["warning"] is None
+    assert client.get(f"/v1/jobs/{single_id}", headers=auth).get_json()["summary"]["packing_audit"] is None
+    page = _page(client, auth, f"/jobs/{packed_id}")
+    assert "Packing audit" in page and "Label agreement" in page
+
+
+QUOTES = ROOT / "examples" / "quote-questions.jsonl"
+
+
+def _chosen(lines: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    def view(q: dict[str, Any] | None) -> tuple[Any, ...] | None:
+        return None if q is None else (q["text"], q["url"], q["p_answers"], q["has_answer"], q["p_best"])
+
+    return {
+        cid: (line["report"]["status"], view(line["report"]["quote"]), view(line["report"]["closest"]))
+        for cid, line in lines.items()
+    }
+
+
+def test_a_packed_quote_job_ranks_a_questions_results_in_one_request_with_the_same_quotes(
+    stack: SharedStack, app: Flask, auth: dict[str, str]
+) -> None:
+    """A quote job with pack_size 5 ranks each question's results in one request (compare stays one) and
+    chooses the quote the unpacked job chooses."""
+    client = app.test_client()
+    body = QUOTES.read_bytes()
+    packed_id = _submit(client, auth, "quote", body, "&pack_size=5")
+    single_id = _submit(client, auth, "quote", body)
+    for job_id in (packed_id, single_id):
+        job = stack.wait_job(uuid.UUID(job_id), timeout=180)
+        assert job.status == "completed", job.error
+    packed, single = _results(client, auth, packed_id), _results(client, auth, single_id)
+    assert _chosen(packed) == _chosen(single)
+    assert any(status == "quoted" for status, *_ in _chosen(packed).values())
+
+    decisions = {}
+    for job_id in (packed_id, single_id):
+        items, calls = _rows(stack, job_id)
+        decisions[job_id] = [c for c in calls if c.endpoint == "decisions"]
+        assert all(i.status == "done" for i in items)
+        lines = _results(client, auth, job_id).values()
+        assert sum(line["report"]["summary"]["decisions_requests"] for line in lines) == len(
+            decisions[job_id]
+        )
+    assert len(decisions[packed_id]) < len(decisions[single_id])
+    items, _calls = _rows(stack, packed_id)
+    ranks = {i.id: i for i in items if i.stage == "result"}
+    rank_calls = [c for c in decisions[packed_id] if c.item_id in ranks]
+    # one rank request per question that had results to rank
+    assert len(rank_calls) == len({ranks[int(c.item_id or 0)].parent_id for c in rank_calls})
+    assert any(c.pack_items for c in rank_calls)

@@ -139,6 +139,7 @@ def test_answer_and_quote_default_to_the_model_their_cutoffs_were_measured_on() 
         "model": CUTOFFS_MODEL,
         "budget_usd": None,
         "priority": "batch",
+        "pack_size": 1,
     }
     assert parse_questions_options({"model": ""}).model == CUTOFFS_MODEL
     assert QuestionsOptions().model == CUTOFFS_MODEL

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from workers.answers import handle_answer_question, handle_investigation, handle_sentence
+from workers.answers import (
+    handle_answer_investigation,
+    handle_answer_question,
+    handle_sentence,
+    handle_sentence_pack,
+)
 from workers.kinds import WorkerKind, register
 
 KIND = register(
@@ -11,7 +16,10 @@ KIND = register(
         {
             "question": handle_answer_question,
             "sentence": handle_sentence,
-            "investigation": handle_investigation,
+            "investigation": handle_answer_investigation,
+            # the packing audit asks a packed sentence again in the unpacked shape
+            "audit_sentence": handle_sentence,
         },
+        packs={"sentence": handle_sentence_pack},
     )
 )
