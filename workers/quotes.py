@@ -30,7 +30,7 @@ from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
 from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
-from workers.steps import Calls, StepError, answers_as_dicts, call_facts, model_of
+from workers.steps import Calls, StepError, answers_as_dicts, ask_packed, call_facts, model_of
 
 
 def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -108,12 +108,10 @@ def handle_result_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: 
         packed = pack_ranks(tasks[0].question, sources, model)
     except ValueError as exc:
         return Failed(str(exc))
-    try:
-        decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
-    except StepError as exc:
-        outcome = calls.failed(exc)
-        assert isinstance(outcome, Failed | Transient)
-        return outcome
+    asked = ask_packed(calls, packed.body, model)
+    if isinstance(asked, Failed | Transient):
+        return asked
+    decision = asked[0]
     facts = call_facts(decision.record)
     tokens_in = split_count(decision.input_tokens, len(items))
     tokens_out = split_count(decision.output_tokens, len(items))
