@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,16 +72,26 @@ class Keyring:
 
 
 def _instance_key(instance: Path) -> str:
-    """The embedded mode's key: generated once, kept in the instance folder with owner-only access."""
+    """The embedded mode's key: generated once, kept in the instance folder with owner-only access.
+
+    Several threads of a fresh instance may ask at once (the webhook senders start together): the key is
+    written whole to a file of its own and linked into place, which fails for all but the first, so every
+    caller reads the one complete key."""
     path = instance / KEY_FILE
-    if path.exists():
-        return path.read_text(encoding="ascii").strip()
-    instance.mkdir(parents=True, exist_ok=True)
-    key = Fernet.generate_key().decode("ascii")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(key + "\n")
-    return key
+    if not path.exists():
+        instance.mkdir(parents=True, exist_ok=True)
+        key = Fernet.generate_key().decode("ascii")
+        fd, tmp = tempfile.mkstemp(dir=instance, prefix=".key-")  # owner-only access, like the key
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(key + "\n")
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another caller's key is in place: it is the one
+        finally:
+            os.unlink(tmp)
+    return path.read_text(encoding="ascii").strip()
 
 
 def keyring_for(settings: Settings) -> Keyring:

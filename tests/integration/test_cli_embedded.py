@@ -211,7 +211,7 @@ def test_ctrl_c_leaves_the_job_resumable(env: dict[str, str]) -> None:
     assert "interrupted: job" in err and "Resume with: factgate check" in err
     resume = err.split("Resume with: ", 1)[1].split()
     assert resume[:2] == ["factgate", "check"] and "--resume" in resume
-    assert "Traceback" not in err and out == ""
+    assert "Traceback" not in err and out == "", err
     db = Path(env["FACTGATE_INSTANCE_PATH"]) / "factgate.db"
     with sqlite3.connect(db) as conn:
         (status,) = conn.execute("select status from jobs").fetchone()
