@@ -15,6 +15,7 @@ from typing import Any, cast
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
 from checks.fairness import PRIORITIES, Priority
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+from checks.reuse import Reuse, check_reuse_options
 from checks.webhooks import WebhookUrlError, validate_webhook_url
 
 CLAIMS_MODES: tuple[str, ...] = ("ungrounded", "grounded", "both")
@@ -57,10 +58,28 @@ def webhook_url_option(raw: Mapping[str, Any]) -> str | None:
 
 
 def without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
-    """Stored options name `webhook_url` only when one was given."""
+    """Stored options name `webhook_url` only when one was given, and the reuse options only when they are
+    not the defaults (jobs stored before them read the same)."""
     if options.get("webhook_url") is None:
         options.pop("webhook_url", None)
+    if options.get("reuse") == "auto":
+        options.pop("reuse", None)
+    if options.get("reuse_max_age_hours") is None:
+        options.pop("reuse_max_age_hours", None)
     return options
+
+
+# Every kind's options: whether its requests may be answered from the tenant's verdict store (checks/reuse.py).
+REUSE_OPTION_NAMES = frozenset({"reuse", "reuse_max_age_hours"})
+
+
+def reuse_options(raw: Mapping[str, Any]) -> tuple[Reuse, float | None]:
+    """`reuse` ("auto" or "none") and `reuse_max_age_hours` (hours > 0, or None); OptionsError naming the field."""
+    try:
+        return check_reuse_options(raw)
+    except ValueError as exc:
+        name, _, problem = str(exc).partition(" ")
+        raise OptionsError(name, problem) from None
 
 
 def check_cutoffs(supported_min: float, contradicted_max: float) -> None:
@@ -88,6 +107,8 @@ class ClaimsOptions:
     priority: Priority = "batch"
     # Sent a signed message when the job completes, fails or is cancelled (else the tenant's default URL).
     webhook_url: str | None = None
+    reuse: Reuse = "auto"
+    reuse_max_age_hours: float | None = None
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -98,8 +119,9 @@ class ClaimsOptions:
         return without_unset_webhook(asdict(self))
 
 
-CLAIMS_OPTION_NAMES = frozenset(
-    {"model", "mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url"}
+CLAIMS_OPTION_NAMES = (
+    frozenset({"model", "mode", "supported_min", "contradicted_max", "budget_usd", "priority", "webhook_url"})
+    | REUSE_OPTION_NAMES
 )
 
 
@@ -132,6 +154,7 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    reuse, max_age = reuse_options(raw)
     return ClaimsOptions(
         model=model,
         mode=cast(JobMode, mode),
@@ -140,12 +163,14 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         budget_usd=budget,
         priority=priority_option(raw),
         webhook_url=webhook_url_option(raw),
+        reuse=reuse,
+        reuse_max_age_hours=max_age,
     )
 
 
 # --- answer and quote jobs -----------------------------------------------------------------------------
 
-QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd", "priority", "webhook_url"})
+QUESTIONS_OPTION_NAMES = frozenset({"model", "budget_usd", "priority", "webhook_url"}) | REUSE_OPTION_NAMES
 
 # The Decisions model the answer-gate label cutoffs (0.5/0.6/0.7/0.4), the quote cutoffs (0.3/0.6) and their
 # recorded outcomes (docs/spec.md §7.2, §7.3) were measured on. It is the default of `answer` and `quote`
@@ -182,6 +207,8 @@ class QuestionsOptions:
     budget_usd: float | None = None
     priority: Priority = "batch"
     webhook_url: str | None = None
+    reuse: Reuse = "auto"
+    reuse_max_age_hours: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return without_unset_webhook(asdict(self))
@@ -202,6 +229,12 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    reuse, max_age = reuse_options(raw)
     return QuestionsOptions(
-        model=model, budget_usd=budget, priority=priority_option(raw), webhook_url=webhook_url_option(raw)
+        model=model,
+        budget_usd=budget,
+        priority=priority_option(raw),
+        webhook_url=webhook_url_option(raw),
+        reuse=reuse,
+        reuse_max_age_hours=max_age,
     )

@@ -82,7 +82,7 @@ def score_sentence(
         body = gate.sentence_request(str(spec["claim"]), passages, model)
     except ValueError as exc:
         raise StepError(f"cannot score this sentence: {exc}", retryable=False) from None
-    decision: Decision = calls.run(lambda: calls.client.decide(body), model)
+    decision: Decision = calls.decide(body, model)
     answers = answers_as_dicts(decision)
     probabilities = {name: float(a["noul"]) for name, a in answers.items() if "noul" in a}
     try:

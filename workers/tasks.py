@@ -328,7 +328,7 @@ def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
         skipped = budget_skip(ctx, item)
         if skipped is not None:
             return skipped
-        return handler(ctx, item, calls)
+        return calls.marked(handler(ctx, item, calls))
     except Exception as exc:
         if is_infrastructure_fault(exc):
             # Redis, the database or the broker went away mid-try: the item is not at fault. The detail

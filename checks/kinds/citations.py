@@ -34,38 +34,50 @@ from checks.citation_rows import (
 )
 from checks.citation_verdicts import add_metrics, check_cutoffs
 from checks.fairness import Priority
-from checks.kinds._schemas import BUDGET_OPTION, PRIORITY_OPTION, WEBHOOK_URL_OPTION
+from checks.kinds._schemas import (
+    BUDGET_OPTION,
+    PRIORITY_OPTION,
+    REUSE_MAX_AGE_OPTION,
+    REUSE_OPTION,
+    WEBHOOK_URL_OPTION,
+)
 from checks.ndjson import RowLine
 from checks.options import (
     CUTOFFS_MODEL,
+    REUSE_OPTION_NAMES,
     OptionsError,
     number_option,
     priority_option,
+    reuse_options,
     webhook_url_option,
     without_unset_webhook,
 )
 from checks.pricing import KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.recipes import Recipe, RowLimits, StageSpec, register
+from checks.reuse import Reuse
 
 ENTRY_STAGE: Final = "answer"
 SENTENCE_STAGE: Final = "cited_sentence"
 REWRITE_STAGE: Final = "rewrite"
 REVIEWS: Final = ("none", "agent")
 Review = Literal["none", "agent"]
-OPTION_NAMES: Final = frozenset(
-    {
-        "model",
-        "supported_min",
-        "weak_min",
-        "contradicted_min",
-        "checkable_min",
-        "misattribution",
-        "review",
-        "budget_usd",
-        "priority",
-        "webhook_url",
-    }
+OPTION_NAMES: Final = (
+    frozenset(
+        {
+            "model",
+            "supported_min",
+            "weak_min",
+            "contradicted_min",
+            "checkable_min",
+            "misattribution",
+            "review",
+            "budget_usd",
+            "priority",
+            "webhook_url",
+        }
+    )
+    | REUSE_OPTION_NAMES
 )
 CSV_COLUMNS: Final = (
     "custom_id",
@@ -104,6 +116,8 @@ class CitationsOptions:
     budget_usd: float | None = None
     priority: Priority = "batch"
     webhook_url: str | None = None
+    reuse: Reuse = "auto"
+    reuse_max_age_hours: float | None = None
 
     @property
     def cutoffs(self) -> CitationCutoffs:
@@ -124,6 +138,8 @@ class CitationsOptions:
                 "budget_usd": self.budget_usd,
                 "priority": self.priority,
                 "webhook_url": self.webhook_url,
+                "reuse": self.reuse,
+                "reuse_max_age_hours": self.reuse_max_age_hours,
             }
         )
 
@@ -165,6 +181,7 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    reuse, max_age = reuse_options(raw)
     return CitationsOptions(
         model=model,
         **values,
@@ -173,6 +190,8 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
         budget_usd=budget,
         priority=priority_option(raw),
         webhook_url=webhook_url_option(raw),
+        reuse=reuse,
+        reuse_max_age_hours=max_age,
     )
 
 
@@ -337,6 +356,8 @@ OPTIONS_SCHEMA: Final[Mapping[str, object]] = {
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
+        "reuse": REUSE_OPTION,
+        "reuse_max_age_hours": REUSE_MAX_AGE_OPTION,
     },
 }
 

@@ -46,7 +46,7 @@ def handle_sentence(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outc
     except ValueError as exc:
         return Failed(f"cannot score this sentence: {exc}")
     try:
-        decision: Decision = calls.run(lambda: calls.client.decide(body), model)
+        decision: Decision = calls.decide(body, model)
     except StepError as exc:
         return calls.failed(exc)
     answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
