@@ -5,8 +5,9 @@ upstream, model, grounding mode and canonical body (checks/reuse.py); the primar
 indexed read, `ix_verdicts_job` the purge's batches. `api_calls.reused` marks an answer taken from the store
 (cost 0, the original request id), `usage_days.reused` counts the purged ones, and `tenants.reuse` is the
 tenant's switch (`factgate tenants set NAME --reuse off`). New columns have constant defaults: no rewrite of
-`api_calls` on Postgres, plain ALTER TABLE ADD COLUMN on SQLite. The downgrade drops them; an answer reused
-before it stays an `api_calls` row of cost 0 with its original request id.
+`api_calls` on Postgres, plain ALTER TABLE ADD COLUMN on SQLite; the downgrade drops them the same way
+(never a batch rebuild: on SQLite, rebuilding `tenants` would cascade to its jobs). An answer reused before
+the downgrade stays an `api_calls` row of cost 0 with no status and the original request id.
 
 Revision ID: 0016
 Revises: 0012
@@ -54,22 +55,18 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("tenant_id", "key", name=op.f("pk_verdicts")),
     )
     op.create_index("ix_verdicts_job", "verdicts", ["job_id"])
-    with op.batch_alter_table("api_calls", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("reused", sa.Boolean(), server_default=sa.text("false"), nullable=False)
-        )
-    with op.batch_alter_table("usage_days", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("reused", sa.BigInteger(), server_default="0", nullable=False))
-    with op.batch_alter_table("tenants", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("reuse", sa.Boolean(), server_default=sa.text("true"), nullable=False))
+    # Plain ADD COLUMN in SQL on both backends: Alembic rebuilds a SQLite table for a column whose default is
+    # an expression, and a rebuild of `tenants` drops the table, which with foreign keys on cascades to
+    # every job. TRUE/FALSE are constants to SQLite (>= 3.23).
+    op.execute("ALTER TABLE api_calls ADD COLUMN reused BOOLEAN DEFAULT false NOT NULL")
+    op.execute("ALTER TABLE usage_days ADD COLUMN reused BIGINT DEFAULT 0 NOT NULL")
+    op.execute("ALTER TABLE tenants ADD COLUMN reuse BOOLEAN DEFAULT true NOT NULL")
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("tenants", schema=None) as batch_op:
-        batch_op.drop_column("reuse")
-    with op.batch_alter_table("usage_days", schema=None) as batch_op:
-        batch_op.drop_column("reused")
-    with op.batch_alter_table("api_calls", schema=None) as batch_op:
-        batch_op.drop_column("reused")
+    # Plain DROP COLUMN on both backends (SQLite >= 3.35): a batch rebuild of `tenants` on SQLite drops the
+    # table, and with foreign keys on that would cascade to every job of every tenant.
+    for table, column in (("tenants", "reuse"), ("usage_days", "reused"), ("api_calls", "reused")):
+        op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     op.drop_index("ix_verdicts_job", table_name="verdicts")
     op.drop_table("verdicts")
