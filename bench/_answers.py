@@ -51,12 +51,18 @@ def _documents() -> list[Document]:
             text = str(row.get("text") or "")
             sentences = tuple(s.strip() for s in _SENTENCE_END.split(text) if len(s.strip()) > 20)
             if sentences:
-                docs.append(Document(str(row.get("title") or name), str(row.get("url") or ""), text, sentences))
+                docs.append(
+                    Document(str(row.get("title") or name), str(row.get("url") or ""), text, sentences)
+                )
     return docs
 
 
 def _filler() -> list[str]:
-    rows = [json.loads(line) for line in (CORPUS / "filler.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    rows = [
+        json.loads(line)
+        for line in (CORPUS / "filler.jsonl").read_text(encoding="utf-8").splitlines()
+        if line
+    ]
     return [str(r["text"]) for r in rows]
 
 
