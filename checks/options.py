@@ -69,12 +69,14 @@ def without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-# Every kind's options: whether its requests may be answered from the tenant's verdict store (checks/reuse.py).
+# Every kind's options: whether its requests may be answered from the tenant's verdict store
+# (checks/reuse.py).
 REUSE_OPTION_NAMES = frozenset({"reuse", "reuse_max_age_hours"})
 
 
 def reuse_options(raw: Mapping[str, Any]) -> tuple[Reuse, float | None]:
-    """`reuse` ("auto" or "none") and `reuse_max_age_hours` (hours > 0, or None); OptionsError naming the field."""
+    """`reuse` ("auto" or "none") and `reuse_max_age_hours` (hours > 0, or None); OptionsError naming the
+    field."""
     try:
         return check_reuse_options(raw)
     except ValueError as exc:

@@ -75,8 +75,9 @@ _SQLITE_BATCH = "job_id = :job AND id <= :bound"
 _ROLL_UP_SQLITE = text(
     "INSERT INTO usage_days AS u (tenant_id, day, endpoint, model, requests, searches, input_tokens,"  # noqa: S608
     " output_tokens, cost_usd, reused)"
-    " SELECT tenant_id, date(created_at), endpoint, coalesce(model, ''), sum(CASE WHEN reused THEN 0 ELSE 1 END),"
-    " sum(searches), sum(input_tokens), sum(output_tokens), sum(cost_usd), sum(CASE WHEN reused THEN 1 ELSE 0 END)"
+    " SELECT tenant_id, date(created_at), endpoint, coalesce(model, ''),"
+    " sum(CASE WHEN reused THEN 0 ELSE 1 END), sum(searches), sum(input_tokens), sum(output_tokens),"
+    " sum(cost_usd), sum(CASE WHEN reused THEN 1 ELSE 0 END)"
     f" FROM api_calls WHERE {_SQLITE_BATCH} GROUP BY 1, 2, 3, 4"
     " ON CONFLICT (tenant_id, day, endpoint, model) DO UPDATE SET requests = u.requests + excluded.requests,"
     " searches = u.searches + excluded.searches, input_tokens = u.input_tokens + excluded.input_tokens,"

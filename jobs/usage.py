@@ -237,7 +237,10 @@ def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> Tena
     ).all()
     per_day: dict[date, UsageBreakdown] = {d: UsageBreakdown() for d in days.dates()}
     total = UsageBreakdown()
-    for raw_day, endpoint, raw_model, calls, searches, tokens_in, tokens_out, cost, reused in [*rows, *rolled]:
+    for raw_day, endpoint, raw_model, calls, searches, tokens_in, tokens_out, cost, reused in [
+        *rows,
+        *rolled,
+    ]:
         model = raw_model or None  # the roll-up keeps "" for calls that recorded no model
         when = raw_day if isinstance(raw_day, date) else date.fromisoformat(str(raw_day))
         figures = UsageFigures(

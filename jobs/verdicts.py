@@ -77,7 +77,9 @@ _FIND = (
     )
     .join(Job, Job.id == Verdict.job_id)
     .join(Tenant, Tenant.id == Verdict.tenant_id)
-    .where(Job.deleted_at.is_(None), Job.purged_at.is_(None), Tenant.reuse.is_(True), Tenant.deleted_at.is_(None))
+    .where(
+        Job.deleted_at.is_(None), Job.purged_at.is_(None), Tenant.reuse.is_(True), Tenant.deleted_at.is_(None)
+    )
 )
 
 
@@ -85,6 +87,7 @@ def find_verdict(
     session: Executor,
     tenant_id: uuid.UUID,
     key: bytes,
+    *,
     policy: ReusePolicy,
     retention: Retention,
     now: datetime | None = None,

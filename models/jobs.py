@@ -297,11 +297,12 @@ class ApiCall(Base):
 
 
 class Verdict(Base):
-    """One finished upstream Decisions request's answers, kept for the later jobs of its tenant (checks/reuse.py:
-    the key; jobs/verdicts.py: the one-read lookup and the insert). `key` is the SHA-256 of the endpoint,
-    upstream, model, grounding mode and canonical body — never of a secret. An entry belongs to the job whose
-    request it answered: it stops answering the moment that job is deleted, purged or past its retention (the
-    lookup joins the job), and goes with the job's rows in the purge (or with its tenant, by cascade)."""
+    """One finished upstream Decisions request's answers, kept for the later jobs of its tenant
+    (checks/reuse.py: the key; jobs/verdicts.py: the one-read lookup and the insert). `key` is the
+    SHA-256 of the endpoint, upstream, model, grounding mode and canonical body — never of a secret. An
+    entry belongs to the job whose request it answered: it stops answering the moment that job is
+    deleted, purged or past its retention (the lookup joins the job), and goes with the job's rows in
+    the purge (or with its tenant, by cascade)."""
 
     __tablename__ = "verdicts"
     __table_args__ = (Index("ix_verdicts_job", "job_id"),)

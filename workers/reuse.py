@@ -1,7 +1,7 @@
-"""A Decisions answer as the verdict store keeps it, and back (jobs/verdicts.py stores the JSON; checks/reuse.py
-decides which requests may use it). What is kept is what the client validated: the answers, the search
-results, the model, the paths `clients.sanitize` changed, and the tokens; the request id and time go in
-their own columns, and become the reused item's `reused_from`.
+"""A Decisions answer as the verdict store keeps it, and back (jobs/verdicts.py stores the JSON;
+checks/reuse.py decides which requests may use it). What is kept is what the client validated: the
+answers, the search results, the model, the paths `clients.sanitize` changed, and the tokens; the
+request id and time go in their own columns, and become the reused item's `reused_from`.
 """
 
 from __future__ import annotations

@@ -154,10 +154,10 @@ class Calls:
         if policy.read:
             with autocommit_scope(self.ctx.engine) as conn:
                 stored = find_verdict(
-                    conn, self.item.tenant_id, key, policy, Retention.of(self.ctx.settings)
+                    conn, self.item.tenant_id, key, policy=policy, retention=Retention.of(self.ctx.settings)
                 )
             if stored is not None:
-                decision = stored_decision(stored, grounded=reuse_rules.is_grounded(body))
+                answer = stored_decision(stored, grounded=reuse_rules.is_grounded(body))
                 self.rows.append(
                     CallRow(
                         endpoint="decisions",
@@ -170,8 +170,8 @@ class Calls:
                     )
                 )
                 self.reused.append(ReusedFrom(stored.request_id, stored.answered_at))
-                return decision
-        decision = self.run(lambda: self.client.decide(body), model)
+                return answer
+        decision: Decision = self.run(lambda: self.client.decide(body), model)
         if policy.write:
             self._keep(key, body, decision)
         return decision

@@ -103,7 +103,9 @@ def _sent(stack: SharedStack, job_id: uuid.UUID) -> int:
 
 def _outputs(stack: SharedStack, job_id: uuid.UUID) -> list[dict[str, Any]]:
     with Session(stack.engine) as s:
-        return [dict(o) for o in s.scalars(select(Item.output).where(Item.job_id == job_id).order_by(Item.id))]
+        return [
+            dict(o) for o in s.scalars(select(Item.output).where(Item.job_id == job_id).order_by(Item.id))
+        ]
 
 
 def _entries(stack: SharedStack, job_id: uuid.UUID) -> int:
