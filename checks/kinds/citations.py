@@ -98,6 +98,7 @@ CSV_COLUMNS: Final = (
     "suggestion",
     "answer_outcome",
     "model_note",
+    "reused_from",
 )
 _BOOLEANS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
