@@ -111,6 +111,8 @@ RATE_WINDOW_S = 20.0
 HOSTS_REFRESH_S = 0.5  # how often the leader looks for silent hosts (workers/leases.py)
 DEAD_REFRESH_S = 2.0  # how often it looks for dead ones (their running items re-driven)
 DEFAULT_LATENCY_S = 1.0
+# The most the reused share raises a scope's item rate by: 1 / (1 - 0.95) = 20 times (then max_in_flight).
+MAX_REUSED_SHARE = 0.95
 # Leader fitness (the module docstring): each dispatcher's round-trip figure, beaten into Redis.
 # hash: "host name (workers/leases.py) lock token" -> "round trip in µs:Redis time in ms"
 FITNESS_KEY = "factgate:dispatch:fitness"
@@ -330,6 +332,7 @@ class Dispatcher:
         self._token = f"{os.getpid()}:{secrets.token_hex(8)}"
         self._scopes: dict[str, _Scope] = {}
         self._latency: dict[str, float] = {}
+        self._reused: dict[str, float] = {}
         self._latency_at = 0.0
         self._schedule_at = 0.0
         self._holds: dict[uuid.UUID, Hold] = {}
@@ -568,6 +571,8 @@ class Dispatcher:
                 observed = scheduling.observed_latency_s(session, endpoint)
                 if observed is not None:
                     self._latency[endpoint] = observed
+                if endpoint == "decisions":
+                    self._reused[endpoint] = scheduling.reused_share(session, endpoint)
         self._latency_at = now
 
     def batch_of(self, endpoint: str, target: int) -> int:
@@ -588,8 +593,14 @@ class Dispatcher:
         return max(1, min(self.window, target // 2))
 
     def target(self, endpoint: str) -> int:
+        """The scope's in-flight bound. While a share f of the latest answers came from the verdict store
+        (a re-run), items pass at rate / (1 - f): those take no limiter slot and settle in milliseconds, so
+        at the upstream's own bound a re-run answered from the store crawled at a few dozen items a second
+        (bench/reuse.py). The limiter still paces every request that is sent."""
         latency = self._latency.get(endpoint, DEFAULT_LATENCY_S)
-        return target_in_flight(self._rate(endpoint), latency, self.max_in_flight)
+        rate = self._rate(endpoint)
+        share = min(self._reused.get(endpoint, 0.0), MAX_REUSED_SHARE)
+        return target_in_flight(rate / (1.0 - share) if rate > 0 else rate, latency, self.max_in_flight)
 
     def scope_of(self, job: LiveJob, endpoint: str) -> str:
         """The rate-limit scope a job's items of `endpoint` use: its tenant's own key if it has one (its own
