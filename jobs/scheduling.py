@@ -274,7 +274,7 @@ def observed_latency_s(
     return None if value is None else float(value) / 1000.0
 
 
-def reused_share(session: Session, endpoint: str, *, sample: int = 200, window_s: float = 60.0) -> float:
+def reused_share(session: Session, endpoint: str, *, sample: int = 50, window_s: float = 60.0) -> float:
     """The share of the endpoint's latest answers that came from the verdict store (jobs/verdicts.py)
     rather than upstream, over answers of the last `window_s` (0.0 when none): such an item takes no
     limiter slot, so the dispatcher keeps more in flight while re-runs are being answered from the store."""

@@ -7,8 +7,13 @@ entries with their job; `/v1/usage` and the job's usage count reused answers apa
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,9 +23,22 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from checks.reuse import ReusePolicy
 from jobs.purge import delete_job, purge_step
-from jobs.tenancy import create_token, set_tenant
-from models import ApiCall, Item, Job, Verdict, make_session_factory, session_scope
+from jobs.retention import Retention
+from jobs.tenancy import create_token, get_or_create_tenant, set_tenant
+from jobs.verdicts import NewVerdict, find_verdict, keep_verdict
+from models import (
+    ApiCall,
+    Item,
+    Job,
+    Verdict,
+    autocommit_scope,
+    make_engine,
+    make_session_factory,
+    session_scope,
+    utcnow,
+)
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
 from tests.integration.stack import SharedStack, shared_stack
@@ -29,6 +47,7 @@ from web.app import create_app
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PINNED = "pplx-decider-v1.2"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "citations.jsonl"
 CLAIMS = [
     {"id": "c1", "claim": "Rust 1.0 was released in May 2015."},
     {"id": "c2", "claim": "The Eiffel Tower is in Berlin."},
@@ -215,3 +234,73 @@ def test_a_tenant_with_reuse_off_pays(stack: SharedStack, client: FlaskClient) -
         set_tenant(s, acme.name, reuse=False)
     again = acme.run({"model": PINNED, "mode": "ungrounded"})
     assert _sent(stack, again) == len(CLAIMS)
+
+
+def test_the_store_on_sqlite_keeps_finds_hides_and_purges(sqlite_url: str) -> None:
+    """Embedded mode's database: the same insert (tenant's switch read in it, first answer kept), one-read
+    lookup (a deleted job's entry not found) and purge batch."""
+    engine = make_engine(sqlite_url)
+    try:
+        factory = make_session_factory(engine)
+        with session_scope(factory) as s:
+            tenant = get_or_create_tenant(s, "lite")
+            job = Job(tenant_id=tenant.id, kind="claims", status="completed", completed_at=utcnow())
+            s.add(job)
+            s.flush()
+            tenant_id, job_id = tenant.id, job.id
+        entry = NewVerdict(
+            tenant_id=tenant_id, job_id=job_id, key=b"k" * 32, endpoint="decisions", model=PINNED,
+            grounded=False, request_id="req-1", answered_at=utcnow(), answer={"answers": {}},
+            input_tokens=3, output_tokens=1,
+        )  # fmt: skip
+        policy = ReusePolicy(read=True, write=True)
+        with autocommit_scope(engine) as conn:
+            assert keep_verdict(conn, entry)
+            assert not keep_verdict(conn, replace(entry, request_id="req-2"))  # the first answer stays
+            found = find_verdict(conn, tenant_id, b"k" * 32, policy=policy, retention=Retention())
+            assert found is not None and found.request_id == "req-1"
+            assert find_verdict(conn, uuid.uuid4(), b"k" * 32, policy=policy, retention=Retention()) is None
+        with session_scope(factory) as s:
+            gone = s.get(Job, job_id)
+            assert gone is not None and delete_job(s, gone)
+        with autocommit_scope(engine) as conn:
+            assert find_verdict(conn, tenant_id, b"k" * 32, policy=policy, retention=Retention()) is None
+        with session_scope(factory) as s:
+            while purge_step(s, job_id):
+                pass
+            assert s.scalar(select(func.count()).select_from(Verdict)) == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_citations_rerun_says_reused_from_in_its_lines_csv_and_report(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    acme = Tenant(stack, client)
+    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()][:2]
+
+    def run() -> uuid.UUID:
+        resp = client.post(
+            "/v1/jobs",
+            json={"kind": "citations", "options": {"model": PINNED}, "items": rows},
+            headers=acme.headers,
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job_id = uuid.UUID(resp.get_json()["id"])
+        assert stack.wait_job(job_id).status == "completed"
+        return job_id
+
+    first = run()
+    assert _sent(stack, first) > 0
+    second = run()
+    assert _sent(stack, second) == 0
+    lines = [json.loads(x) for x in client.get(f"/v1/jobs/{second}/results", headers=acme.headers).get_data(
+        as_text=True).splitlines() if x.strip() and not x.startswith('{"_end"')]  # fmt: skip
+    sentences = [s for line in lines for s in line["report"]["sentences"]]
+    assert sentences and all(s["reused_from"]["request_id"] for s in sentences)
+    csv_text = client.get(f"/v1/jobs/{second}/results?format=csv", headers=acme.headers).get_data(
+        as_text=True
+    )
+    header, *body = list(csv.reader(io.StringIO(csv_text)))
+    at = header.index("reused_from")
+    assert all(row[at] for row in body if row and not row[0].startswith("#"))
