@@ -13,8 +13,8 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
