@@ -5,7 +5,8 @@ README starts them: a job runs to its end, then `VACUUM FULL` compacts every tab
 rows, not dead versions left by the item's state changes) and `pg_total_relation_size` of each table is
 read. The difference against the sizes before the job, divided by the job's rows and by its items
 (children included: sentences, results, rewrites), is printed per table, with the grounded claim's figure
-against the goal (≤ 2,048 bytes per claim). The simulator's passages are shorter than real web snippets,
+against the goal (≤ 2,048 bytes per claim), and the verdict store's bytes per request it keeps (a job on a
+pinned model keeps one entry per distinct Decisions request it sent, jobs/verdicts.py). The simulator's passages are shorter than real web snippets,
 so real jobs cost more per item than this shows.
 
     FACTGATE_BENCH_REDIS_URL=redis://127.0.0.1:6394/12 .venv/bin/python bench/footprint.py [--claims 2000]
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._procs import REDIS_URL, Procs, flush_redis, free_port, fresh_database
 from jobs.tenancy import create_token
-from models import Item, Job, make_engine, make_session_factory, session_scope
+from models import Item, Job, Verdict, make_engine, make_session_factory, session_scope
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_CLAIM_BYTES = 2_048
@@ -41,6 +42,7 @@ TABLES = (
     "webhook_attempts",
     "usage_days",
     "source_lists",
+    "verdicts",
 )
 
 
@@ -170,6 +172,16 @@ def main() -> None:
                 )
                 if kind == "claims":
                     line += f"   ratio to goal ({GOAL_CLAIM_BYTES:,} bytes a grounded claim) {per_row / GOAL_CLAIM_BYTES:.2f}"
+                print(line, flush=True)
+                lines.append(line)
+                with Session(engine) as s:
+                    entries = int(s.scalar(select(func.count()).where(Verdict.job_id == job_id)) or 0)
+                store = (
+                    f"{grown.get('verdicts', 0) / entries:,.0f} bytes a request ({entries:,} entries)"
+                    if entries
+                    else "nothing kept (a moving model alias is never stored)"
+                )
+                line = f"{'':9} verdict store: {store}"
                 print(line, flush=True)
                 lines.append(line)
         finally:

@@ -9,7 +9,7 @@ read their attributes, and web/openapi.py publishes their schemas. Stored JSON i
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -119,6 +119,9 @@ class SentenceScore(Contract):
     input_tokens: int = 0
     output_tokens: int = 0
     model: str | None = None
+    # Answered from the tenant's verdict store (docs/spec.md, "Verdict reuse"): the original request's id and
+    # time. Absent when the request was sent.
+    reused_from: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class PassageScore(Contract):
@@ -182,6 +185,7 @@ class CitationSentence(Contract):
     request_ids: list[str] = Field(default_factory=list)
     input_tokens: int | None = None
     review: CitationReview | None = None
+    reused_from: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class CitationMetrics(Contract):

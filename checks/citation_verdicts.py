@@ -167,6 +167,7 @@ def judge(
         request_id=score.request_id,
         request_ids=list(score.request_ids),
         input_tokens=score.input_tokens,
+        reused_from=score.reused_from,
     )
 
 
@@ -200,6 +201,7 @@ def relabel(
         request_id=sentence.request_id,
         request_ids=sentence.request_ids,
         input_tokens=sentence.input_tokens or 0,
+        reused_from=sentence.reused_from,
     )
     if not sources:
         sources = [CitationSource(id=p.source, text="", title=p.title, url=p.url) for p in sentence.passages]

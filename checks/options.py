@@ -16,6 +16,7 @@ from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_
 from checks.fairness import PRIORITIES, Priority
 from checks.packing import MAX_PACK_SIZE
 from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
+from checks.reuse import Reuse, check_reuse_options
 from checks.webhooks import WebhookUrlError, validate_webhook_url
 
 CLAIMS_MODES: tuple[str, ...] = ("ungrounded", "grounded", "both")
@@ -78,10 +79,30 @@ def webhook_url_option(raw: Mapping[str, Any]) -> str | None:
 
 
 def without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
-    """Stored options name `webhook_url` only when one was given."""
+    """Stored options name `webhook_url` only when one was given, and the reuse options only when they are
+    not the defaults (jobs stored before them read the same)."""
     if options.get("webhook_url") is None:
         options.pop("webhook_url", None)
+    if options.get("reuse") == "auto":
+        options.pop("reuse", None)
+    if options.get("reuse_max_age_hours") is None:
+        options.pop("reuse_max_age_hours", None)
     return options
+
+
+# Every kind's options: whether its requests may be answered from the tenant's verdict store
+# (checks/reuse.py).
+REUSE_OPTION_NAMES = frozenset({"reuse", "reuse_max_age_hours"})
+
+
+def reuse_options(raw: Mapping[str, Any]) -> tuple[Reuse, float | None]:
+    """`reuse` ("auto" or "none") and `reuse_max_age_hours` (hours > 0, or None); OptionsError naming the
+    field."""
+    try:
+        return check_reuse_options(raw)
+    except ValueError as exc:
+        name, _, problem = str(exc).partition(" ")
+        raise OptionsError(name, problem) from None
 
 
 def check_cutoffs(supported_min: float, contradicted_max: float) -> None:
@@ -111,6 +132,8 @@ class ClaimsOptions:
     webhook_url: str | None = None
     # Ungrounded claims per Decisions request (docs/spec.md §9.3); 1 sends one request a claim.
     pack_size: int = 1
+    reuse: Reuse = "auto"
+    reuse_max_age_hours: float | None = None
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -132,6 +155,7 @@ CLAIMS_OPTION_NAMES = frozenset(
         "webhook_url",
         "pack_size",
     }
+    | REUSE_OPTION_NAMES
 )
 
 
@@ -172,6 +196,7 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
             "and the start of the state, so claims packed in one request would share one search and its "
             "evidence (docs/spec.md §9.3); pack claims with mode ungrounded",
         )
+    reuse, max_age = reuse_options(raw)
     return ClaimsOptions(
         model=model,
         mode=cast(JobMode, mode),
@@ -181,13 +206,16 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
         priority=priority_option(raw),
         webhook_url=webhook_url_option(raw),
         pack_size=pack_size,
+        reuse=reuse,
+        reuse_max_age_hours=max_age,
     )
 
 
 # --- answer and quote jobs -----------------------------------------------------------------------------
 
-QUESTIONS_OPTION_NAMES = frozenset(
-    {"model", "budget_usd", "priority", "webhook_url", "pack_size", "audit_share"}
+QUESTIONS_OPTION_NAMES = (
+    frozenset({"model", "budget_usd", "priority", "webhook_url", "pack_size", "audit_share"})
+    | REUSE_OPTION_NAMES
 )
 
 # The Decisions model the answer-gate label cutoffs (0.5/0.6/0.7/0.4), the quote cutoffs (0.3/0.6) and their
@@ -231,6 +259,8 @@ class QuestionsOptions:
     # The share of a packed answer job's answers re-asked one sentence per request (docs/spec.md §9.6);
     # None (not given): the default, DEFAULT_AUDIT_SHARE. Stored only when given; quote jobs do not audit.
     audit_share: float | None = None
+    reuse: Reuse = "auto"
+    reuse_max_age_hours: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         options = without_unset_webhook(asdict(self))
@@ -254,6 +284,7 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     budget = number_option(raw, "budget_usd", None)
     if budget is not None and budget <= 0:
         raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    reuse, max_age = reuse_options(raw)
     return QuestionsOptions(
         model=model,
         budget_usd=budget,
@@ -261,4 +292,6 @@ def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
         webhook_url=webhook_url_option(raw),
         pack_size=pack_size_option(raw, 1),
         audit_share=(audit_share_option(raw, 0.0) if raw.get("audit_share") not in (None, "") else None),
+        reuse=reuse,
+        reuse_max_age_hours=max_age,
     )

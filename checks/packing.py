@@ -30,6 +30,7 @@ from checks.quotes import (
 )
 
 __all__ = [
+    "AUDIT_STAGE",
     "DEFAULT_AUDIT_SHARE",
     "INPUT_TOKEN_BUDGET",
     "MAX_PACK_SIZE",
@@ -54,6 +55,9 @@ __all__ = [
     "unpacked_answers",
 ]
 
+# The stage of a packed sentence asked again alone, for the packing audit (checks/packing_audit.py): its
+# requests always reach the upstream and are never kept for reuse.
+AUDIT_STAGE: Final = "audit_sentence"
 MAX_PACK_SIZE: Final = MAX_QUESTIONS  # one question per item at the least
 DEFAULT_AUDIT_SHARE: Final = 0.02
 # The upstream's input limit is 262,144 tokens; a pack stops well below it, counted as the gateway counts

@@ -52,10 +52,11 @@ def _count(value: int | None) -> str:
 def _line(info: Any) -> str:
     key = f"own key {info.upstream_key_fingerprint}" if info.upstream_key_fingerprint else "operator key"
     hook = "  webhook" if info.webhook_url else ""
+    reuse = "" if info.reuse else "  reuse off"
     return (
         f"{info.name:24}  weight {info.weight:g}  items/job {_count(info.max_items_per_job)}  "
         f"live jobs {info.live_jobs}/{_count(info.max_active_jobs)}  day {_money(info.daily_budget_usd)}  "
-        f"month {_money(info.monthly_budget_usd)}  {key}{hook}"
+        f"month {_money(info.monthly_budget_usd)}  {key}{hook}{reuse}"
     )
 
 
@@ -122,6 +123,8 @@ def tenants_show(name: str) -> None:
         f"{info.retention_days} days" if info.retention_days else "the default (FACTGATE_RETENTION_DAYS)"
     )
     click.echo(f"retention           {retention} after a job ends")
+    reuse = "on (identical requests of later jobs answered from stored ones)" if info.reuse else "off"
+    click.echo(f"verdict reuse       {reuse}")
     if info.webhook_secret_set_at is not None:
         click.echo(
             f"webhook secret      set {info.webhook_secret_set_at:%Y-%m-%d %H:%M} UTC "
@@ -174,6 +177,12 @@ def tenants_show(name: str) -> None:
     default=None,
     help="Days an ended job keeps its results (at most FACTGATE_RETENTION_MAX_DAYS); `none`: the default.",
 )
+@click.option(
+    "--reuse",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="Whether requests identical to earlier ones of this tenant are answered from its verdict store.",
+)
 @click.pass_context
 def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     ctx: click.Context,
@@ -187,6 +196,7 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     clear_upstream_key: bool,
     webhook_url: str | None,
     retention_days: Any,
+    reuse: str | None,
 ) -> None:
     """Change NAME's settings; only the options given change. A number limits, `none` removes a limit."""
     from checks.webhooks import WebhookUrlError
@@ -213,8 +223,8 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
     }
     if not given - {"name"}:
         raise InputError(
-            "nothing to set: give --weight, a quota, a budget, an upstream key option, --webhook-url or "
-            "--retention-days"
+            "nothing to set: give --weight, a quota, a budget, an upstream key option, --webhook-url, "
+            "--retention-days or --reuse"
         )
     if upstream_key_file is not None and clear_upstream_key:
         raise InputError("give --upstream-key-file or --clear-upstream-key, not both")
@@ -236,6 +246,7 @@ def tenants_set(  # noqa: PLR0917 - click passes every option positionally
                 clear_upstream_key=clear_upstream_key,
                 keyring=keyring,
                 max_retention_days=Settings.from_env().retention_max_days,
+                reuse=None if reuse is None else reuse == "on",
                 **changes,
             )
     except TenantNotFoundError as exc:

@@ -44,6 +44,8 @@ class CallRecord:
     `sanitized` names every field `clients.sanitize` changed during the call: the answer's own
     paths (`"model"`, `"results[0].snippet"`), then per attempt `"attempt[N].request_id"` and
     `"attempt[N].error"`, N counted from 1 as `api_calls.attempt` is.
+    `reused`: nothing was sent; the answer was taken from the caller's store of earlier answers, and
+    `attempts` holds one entry naming the original request's id (its status and latency are not this call's).
     """
 
     endpoint: str
@@ -55,11 +57,12 @@ class CallRecord:
     search_results: int = 0
     grounded: bool = False
     sanitized: list[str] = field(default_factory=list)
+    reused: bool = False
 
     @property
     def attempt_count(self) -> int:
         """POSTs sent."""
-        return len(self.attempts)
+        return 0 if self.reused else len(self.attempts)
 
     @property
     def status(self) -> int | None:

@@ -42,7 +42,7 @@ from checks.answer_contracts import (
 from checks.citation_contracts import SentenceScore
 from checks.contracts import IncompleteStep, QuestionInput
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
-from checks.packing import DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
+from checks.packing import AUDIT_STAGE, DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.stage_steps import incomplete_step, job_model, seconds_since, step_counts, why
 from jobs.intake import UnitSpec
@@ -50,7 +50,7 @@ from models import Item, Job, utcnow
 
 SENTENCE = "sentence"
 INVESTIGATION = "investigation"
-AUDIT = "audit_sentence"  # a packed sentence asked again alone (docs/spec.md §9.6)
+AUDIT = AUDIT_STAGE  # a packed sentence asked again alone (docs/spec.md §9.6)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from checks.citation_rows import CitationRow, stream_citation_rows
 from checks.citation_verdicts import judge, metrics_of
 from checks.contracts import IncompleteStep, ItemStatusName
 from checks.kinds.citations import (
-    AUDIT_STAGE,
     ENTRY_STAGE,
     REWRITE_STAGE,
     SENTENCE_STAGE,
@@ -44,7 +43,7 @@ from checks.kinds.citations import (
 )
 from checks.ndjson import RowLine
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
-from checks.packing import PackPlace, flash_warning, group_sentences
+from checks.packing import AUDIT_STAGE, PackPlace, flash_warning, group_sentences
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.recipes import RowLimits
 from checks.stage_steps import StepPlace, incomplete_step, step_counts
@@ -207,8 +206,18 @@ def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]
         except gate.SplitError:
             return []  # the handler refused this answer already; nothing to score
         return _sentence_units(job, entry_item, plans)
-    if any(c.stage == REWRITE_STAGE for c in children):
-        return []
+    units: list[UnitSpec] = []
+    if not any(c.stage == AUDIT_STAGE for c in children):
+        units += _audit_units(job, entry_item, sentences)
+    if not any(c.stage == REWRITE_STAGE for c in children):
+        units += _rewrite_units(job, entry_item, entry, sentences)
+    return units
+
+
+def _rewrite_units(
+    job: Job, entry_item: Item, entry: CitationEntry, sentences: Sequence[Item]
+) -> list[UnitSpec]:
+    """With `review: agent`, the first flagged sentences of an answer with a question, investigated."""
     if (job.options or {}).get("review") != "agent" or not entry.question:
         return []
     judged = _judged(sentences, cutoffs_of(job), entry)
@@ -232,15 +241,39 @@ def plan(job: Job, entry_item: Item, children: Sequence[Item]) -> list[UnitSpec]
     ]
 
 
+def _audit_units(job: Job, entry_item: Item, sentences: Sequence[Item]) -> list[UnitSpec]:
+    """For an audited answer (docs/spec.md §9.4), each packed sentence once more on its own — once the
+    packs have answered, and only those a pack sent upstream: a pack answered from the verdict store
+    (docs/spec.md §10) is not audited again, so a job answered wholly from the store sends nothing."""
+    share = float((job.options or {}).get("audit_share") or 0.0)
+    if not audited(entry_item.position, share):
+        return []
+    sent = [
+        i
+        for i in sentences
+        if i.status == "done"
+        and (place := PackPlace.of(i.output)) is not None
+        and place.size > 1
+        and not (i.output or {}).get("reused_from")
+    ]
+    return [
+        UnitSpec(
+            stage=AUDIT_STAGE,
+            custom_id=f"{entry_item.custom_id}:a{SentencePlan.read(i.input).number}",
+            mode="audit",
+            input=i.input,
+        )
+        for i in sent
+    ]
+
+
 def _sentence_units(job: Job, entry_item: Item, plans: Sequence[SentencePlan]) -> list[UnitSpec]:
     """One item per sentence, grouped into packs of the job's `pack_size` (a job stored before packing
-    has none: one request each, as it was sent then); for an audited answer, each packed sentence once
-    more on its own (docs/spec.md §9.4)."""
+    has none: one request each, as it was sent then)."""
     options = job.options or {}
     pack_size = int(options.get("pack_size") or 1)
     groups = group_sentences(plans, pack_size)
     units: list[UnitSpec] = []
-    packed: list[SentencePlan] = []
     for number, group in enumerate(groups):
         for index in group:
             p = plans[index]
@@ -253,19 +286,6 @@ def _sentence_units(job: Job, entry_item: Item, plans: Sequence[SentencePlan]) -
                     pack=number if len(group) > 1 else None,
                 )
             )
-            if len(group) > 1:
-                packed.append(p)
-    share = float(options.get("audit_share") or 0.0)
-    if packed and audited(entry_item.position, share):
-        units += [
-            UnitSpec(
-                stage=AUDIT_STAGE,
-                custom_id=f"{entry_item.custom_id}:a{p.number}",
-                mode="audit",
-                input=p.dump(),
-            )
-            for p in packed
-        ]
     return units
 
 

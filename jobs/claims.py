@@ -231,6 +231,7 @@ def _mode_result(
         "in_query": in_query,
         "sources": o.get("sources", []),
         "error": error if status != "done" else None,
+        "reused_from": o.get("reused_from"),
     }
 
 

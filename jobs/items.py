@@ -137,6 +137,7 @@ _CALL_COLUMNS = (
     "cost_usd",
     "error",
     "created_at",
+    "reused",
 )
 # `_SETTLE` with the try's call rows inserted by a CTE, by number of rows (usually 1; at most the client's
 # attempts per call times the calls of one item) and whether a claim's source list is stored with it.
@@ -265,7 +266,7 @@ class Exhausted:
 def usage_of_rows(calls: Sequence[CallRow]) -> ItemUsage:
     """The usage of the calls one try made (no database read)."""
     return ItemUsage(
-        attempts=len(calls),
+        attempts=sum(1 for c in calls if not c.reused),
         searches=sum(c.searches for c in calls),
         input_tokens=sum(c.input_tokens for c in calls),
         output_tokens=sum(c.output_tokens for c in calls),
@@ -279,7 +280,7 @@ def item_usage(session: Session, item_id: int) -> ItemUsage:
     """The usage of every `api_calls` row of an item (all tries)."""
     row = session.execute(
         select(
-            func.count(),
+            func.count().filter(ApiCall.reused.is_(False)),
             func.coalesce(func.sum(ApiCall.searches), 0),
             func.coalesce(func.sum(ApiCall.input_tokens), 0),
             func.coalesce(func.sum(ApiCall.output_tokens), 0),
@@ -443,6 +444,7 @@ def _call_values(item: ClaimedItem, calls: Sequence[CallRow], now: datetime) -> 
             "cost_usd": c.cost_usd,
             "error": c.error[:_ERROR_CHARS] if c.error else c.error,
             "created_at": now,
+            "reused": c.reused,
         }
         for c in calls
     ]

@@ -12,6 +12,7 @@ rate limiter uses for its scope) is ever displayed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -85,10 +86,8 @@ def _instance_key(instance: Path) -> str:
         try:
             with os.fdopen(fd, "w", encoding="ascii") as fh:
                 fh.write(key + "\n")
-            try:
+            with contextlib.suppress(FileExistsError):  # another caller's key is in place: it is the one
                 os.link(tmp, path)
-            except FileExistsError:
-                pass  # another caller's key is in place: it is the one
         finally:
             os.unlink(tmp)
     return path.read_text(encoding="ascii").strip()

@@ -14,7 +14,8 @@ only, never on the table), keyed by the indexes reads already use (`ix_api_calls
 
 Order, per job: its `api_calls` rows first, each batch rolled up into `usage_days` in the statement that
 deletes it (so usage is counted once, never zero and never twice: jobs/usage.py reads both); then its items
-(children with their question, through the foreign key), its claims' source lists (jobs/source_lists.py),
+(children with their question, through the foreign key) after its verdict entries (jobs/verdicts.py), its
+claims' source lists (jobs/source_lists.py),
 webhook deliveries (their attempts cascade) and staged rows; then the job row (deleted jobs, and purged
 ones whose row has outlived another retention period) or `purged_at` (a job past its retention, whose row
 and summary stay).
@@ -42,6 +43,7 @@ from jobs.bulk_load import drop_staged_batch
 from jobs.control import JobStateError, cancel_job
 from jobs.retention import Retention, is_past_retention
 from jobs.tenancy import TenantNotFoundError
+from jobs.verdicts import delete_verdicts
 from models import ApiToken, Job, JobStatus, SourceList, Tenant, WebhookDelivery, WebSession, utcnow
 from models.jobs import PURGE_PENDING_SQL
 
@@ -55,16 +57,19 @@ _ROLL_UP_PG = text(
     "WITH gone AS ("
     " DELETE FROM api_calls WHERE id = ANY(ARRAY("
     "  SELECT id FROM api_calls WHERE job_id = :job LIMIT :n FOR UPDATE SKIP LOCKED))"
-    " RETURNING tenant_id, created_at, endpoint, model, searches, input_tokens, output_tokens, cost_usd"
+    " RETURNING tenant_id, created_at, endpoint, model, searches, input_tokens, output_tokens, cost_usd,"
+    "  reused"
     "), moved AS ("
     " INSERT INTO usage_days AS u (tenant_id, day, endpoint, model, requests, searches, input_tokens,"
-    "  output_tokens, cost_usd)"
-    " SELECT tenant_id, CAST(timezone('UTC', created_at) AS date), endpoint, coalesce(model, ''), count(*),"
-    "  sum(searches), sum(input_tokens), sum(output_tokens), sum(cost_usd)"
+    "  output_tokens, cost_usd, reused)"
+    " SELECT tenant_id, CAST(timezone('UTC', created_at) AS date), endpoint, coalesce(model, ''),"
+    "  count(*) FILTER (WHERE NOT reused), sum(searches), sum(input_tokens), sum(output_tokens),"
+    "  sum(cost_usd), count(*) FILTER (WHERE reused)"
     " FROM gone GROUP BY 1, 2, 3, 4"
     " ON CONFLICT (tenant_id, day, endpoint, model) DO UPDATE SET requests = u.requests + excluded.requests,"
     "  searches = u.searches + excluded.searches, input_tokens = u.input_tokens + excluded.input_tokens,"
-    "  output_tokens = u.output_tokens + excluded.output_tokens, cost_usd = u.cost_usd + excluded.cost_usd"
+    "  output_tokens = u.output_tokens + excluded.output_tokens, cost_usd = u.cost_usd + excluded.cost_usd,"
+    "  reused = u.reused + excluded.reused"
     " RETURNING requests"
     ") SELECT (SELECT count(*) FROM gone)"
 ).bindparams(_JOB)
@@ -73,13 +78,15 @@ _ROLL_UP_PG = text(
 _SQLITE_BATCH = "job_id = :job AND id <= :bound"
 _ROLL_UP_SQLITE = text(
     "INSERT INTO usage_days AS u (tenant_id, day, endpoint, model, requests, searches, input_tokens,"  # noqa: S608
-    " output_tokens, cost_usd)"
-    " SELECT tenant_id, date(created_at), endpoint, coalesce(model, ''), count(*), sum(searches),"
-    " sum(input_tokens), sum(output_tokens), sum(cost_usd)"
+    " output_tokens, cost_usd, reused)"
+    " SELECT tenant_id, date(created_at), endpoint, coalesce(model, ''),"
+    " sum(CASE WHEN reused THEN 0 ELSE 1 END), sum(searches), sum(input_tokens), sum(output_tokens),"
+    " sum(cost_usd), sum(CASE WHEN reused THEN 1 ELSE 0 END)"
     f" FROM api_calls WHERE {_SQLITE_BATCH} GROUP BY 1, 2, 3, 4"
     " ON CONFLICT (tenant_id, day, endpoint, model) DO UPDATE SET requests = u.requests + excluded.requests,"
     " searches = u.searches + excluded.searches, input_tokens = u.input_tokens + excluded.input_tokens,"
-    " output_tokens = u.output_tokens + excluded.output_tokens, cost_usd = u.cost_usd + excluded.cost_usd"
+    " output_tokens = u.output_tokens + excluded.output_tokens, cost_usd = u.cost_usd + excluded.cost_usd,"
+    " reused = u.reused + excluded.reused"
 ).bindparams(_JOB)
 _DELETE_SQLITE = text(f"DELETE FROM api_calls WHERE {_SQLITE_BATCH}").bindparams(_JOB)  # noqa: S608
 _SQLITE_BOUND = text(
@@ -165,6 +172,11 @@ def purge_step(
     moved = roll_up_calls(session, job_id, limit)
     if moved:
         return moved
+    # Its verdict entries stopped answering when it was deleted or passed its retention (jobs/verdicts.py
+    # joins the job); here they go, in the same batches.
+    gone = delete_verdicts(session, job_id, limit)
+    if gone:
+        return gone
     gone = _delete_items(session, job_id, limit)
     if gone:
         return gone

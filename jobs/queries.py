@@ -73,7 +73,8 @@ class RequestLookup:
 
 
 def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> list[RequestLookup]:
-    """Every call of this tenant with that upstream `x-request-id` (normally one)."""
+    """Every call of this tenant with that upstream `x-request-id` (normally one; then one `reused` row per
+    later job answered from it, in the order they happened)."""
     rows = session.execute(
         select(ApiCall, Job.kind, Job.status)
         .join(Job, Job.id == ApiCall.job_id)
@@ -109,6 +110,9 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
                     "cost_usd": call.cost_usd,
                     "error": call.error,
                     "created_at": call.created_at.isoformat(),
+                    # The answer was taken from the verdict store: this job reused the request of the
+                    # first row (the one that was sent), at no cost.
+                    "reused": bool(call.reused),
                 },
                 job_id=call.job_id,
                 job_kind=kind,

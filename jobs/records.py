@@ -24,6 +24,9 @@ class CallRow:
     search_results: int = 0
     cost_usd: float = 0.0
     error: str | None = None
+    # An answer taken from the tenant's verdict store: not an HTTP attempt (no status, cost 0), `request_id`
+    # the original request's.
+    reused: bool = False
 
 
 @dataclass(frozen=True)

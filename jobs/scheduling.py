@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, union_all, update
+from sqlalchemy import case, func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
 
 from checks.fairness import Priority
@@ -272,6 +272,26 @@ def observed_latency_s(
     )
     value = session.scalar(select(func.avg(recent.c.latency_ms)))
     return None if value is None else float(value) / 1000.0
+
+
+def reused_share(session: Session, endpoint: str, *, sample: int = 50, window_s: float = 60.0) -> float:
+    """The share of the endpoint's latest answers that came from the verdict store (jobs/verdicts.py)
+    rather than upstream, over answers of the last `window_s` (0.0 when none): such an item takes no
+    limiter slot, so the dispatcher keeps more in flight while re-runs are being answered from the store."""
+    since = utcnow() - timedelta(seconds=window_s)
+    recent = (
+        select(ApiCall.reused)
+        .where(
+            ApiCall.endpoint == endpoint,
+            ApiCall.created_at >= since,
+            (ApiCall.status_code == 200) | ApiCall.reused.is_(True),
+        )
+        .order_by(ApiCall.created_at.desc())
+        .limit(sample)
+        .subquery()
+    )
+    value = session.scalar(select(func.avg(case((recent.c.reused.is_(True), 1.0), else_=0.0))))
+    return 0.0 if value is None else float(value)
 
 
 def store_schedules(session: Session, views: Mapping[uuid.UUID, dict[str, Any]]) -> None:

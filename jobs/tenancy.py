@@ -153,6 +153,7 @@ class TenantInfo:
     webhook_url: str | None = None
     webhook_secret_set_at: datetime | None = None  # None: no signing secret yet (made on first use)
     retention_days: int | None = None  # None: FACTGATE_RETENTION_DAYS
+    reuse: bool = True  # its jobs' requests may be answered from its verdict store (jobs/verdicts.py)
 
 
 class TenantNotFoundError(LookupError):
@@ -201,6 +202,7 @@ def _tenant_infos(session: Session, name: str | None = None) -> list[TenantInfo]
             t.webhook_url,
             t.webhook_secret_set_at,
             t.retention_days,
+            bool(t.reuse),
         )
         for t, n_tokens, n_live in session.execute(stmt)
     ]
@@ -246,6 +248,7 @@ def set_tenant(
     webhook_url: str | None = UNSET,
     retention_days: int | None = UNSET,
     max_retention_days: int = 365,
+    reuse: bool | None = None,
 ) -> TenantInfo:
     """Change a tenant's settings (only those given; None clears a limit).
 
@@ -256,7 +259,9 @@ def set_tenant(
     URL is where jobs that name none of their own send their webhook (None removes it); it applies to
     jobs that end from then on. `retention_days` (None: the operator's default) is how long its ended jobs
     keep their results, at most `max_retention_days` (FACTGATE_RETENTION_MAX_DAYS); it applies to every
-    ended job from the next purge on, the ones ended before included.
+    ended job from the next purge on, the ones ended before included. `reuse` False stops its requests
+    being answered from, or kept in, its verdict store from the next request on (the entries stay until
+    their jobs are purged, and answer again if it is turned back on).
     """
     tenant = session.scalar(select(Tenant).where(Tenant.name == name, Tenant.deleted_at.is_(None)))
     if tenant is None:
@@ -268,6 +273,8 @@ def set_tenant(
                 f"got {retention_days}"
             )
         tenant.retention_days = retention_days
+    if reuse is not None:
+        tenant.reuse = bool(reuse)
     if weight is not None:
         if not (weight > 0 and weight <= MAX_WEIGHT):
             raise ValueError(f"weight must be above 0 and at most {MAX_WEIGHT:g}, got {weight:g}")

@@ -30,20 +30,22 @@ def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid
         select(
             ApiCall.job_id,
             ApiCall.endpoint,
-            func.count(),
+            func.count().filter(ApiCall.reused.is_(False)),
             func.coalesce(func.sum(ApiCall.input_tokens), 0),
             func.coalesce(func.sum(ApiCall.output_tokens), 0),
             func.coalesce(func.sum(ApiCall.searches), 0),
             func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
             func.count().filter(ApiCall.status_code == 429),
+            func.count().filter(ApiCall.reused.is_(True)),
         )
         .where(ApiCall.job_id.in_(list(job_ids)))
         .group_by(ApiCall.job_id, ApiCall.endpoint)
     ).all()
     by_job: dict[uuid.UUID, dict[str, dict[str, Any]]] = {jid: {} for jid in job_ids}
-    for job_id, endpoint, calls, tin, tout, searches, cost, throttled in rows:
+    for job_id, endpoint, calls, tin, tout, searches, cost, throttled, reused in rows:
         by_job[job_id][endpoint] = {
             "http_attempts": int(calls),
+            "reused": int(reused),
             "input_tokens": int(tin),
             "output_tokens": int(tout),
             "searches": int(searches),
@@ -56,6 +58,8 @@ def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid
 def _totals(by_endpoint: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "http_attempts": sum(v["http_attempts"] for v in by_endpoint.values()),
+        # Answers taken from the tenant's verdict store: no HTTP attempt, no cost (docs/spec.md).
+        "reused": sum(v["reused"] for v in by_endpoint.values()),
         "input_tokens": sum(v["input_tokens"] for v in by_endpoint.values()),
         "output_tokens": sum(v["output_tokens"] for v in by_endpoint.values()),
         "searches": sum(v["searches"] for v in by_endpoint.values()),
@@ -98,13 +102,15 @@ def spent_usd(session: Session, job_id: uuid.UUID) -> float:
 
 @dataclass(frozen=True)
 class UsageFigures:
-    """What a set of `api_calls` rows adds up to. `requests` counts HTTP attempts, failed ones too."""
+    """What a set of `api_calls` rows adds up to. `requests` counts HTTP attempts, failed ones too;
+    `reused` the answers taken from the verdict store instead (no request, no cost)."""
 
     requests: int = 0
     searches: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    reused: int = 0
 
     def plus(self, other: UsageFigures) -> UsageFigures:
         return UsageFigures(
@@ -113,11 +119,13 @@ class UsageFigures:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cost_usd + other.cost_usd,
+            self.reused + other.reused,
         )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "reused": self.reused,
             "searches": self.searches,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -203,11 +211,12 @@ def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> Tena
             day,
             ApiCall.endpoint,
             ApiCall.model,
-            func.count(),
+            func.count().filter(ApiCall.reused.is_(False)),
             func.coalesce(func.sum(ApiCall.searches), 0),
             func.coalesce(func.sum(ApiCall.input_tokens), 0),
             func.coalesce(func.sum(ApiCall.output_tokens), 0),
             func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+            func.count().filter(ApiCall.reused.is_(True)),
         )
         .where(ApiCall.tenant_id == tenant_id, ApiCall.created_at >= start, ApiCall.created_at < end)
         .group_by(day, ApiCall.endpoint, ApiCall.model)
@@ -223,14 +232,20 @@ def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> Tena
             UsageDay.input_tokens,
             UsageDay.output_tokens,
             UsageDay.cost_usd,
+            UsageDay.reused,
         ).where(UsageDay.tenant_id == tenant_id, UsageDay.day >= days.start, UsageDay.day <= days.end)
     ).all()
     per_day: dict[date, UsageBreakdown] = {d: UsageBreakdown() for d in days.dates()}
     total = UsageBreakdown()
-    for raw_day, endpoint, raw_model, calls, searches, tokens_in, tokens_out, cost in [*rows, *rolled]:
+    for raw_day, endpoint, raw_model, calls, searches, tokens_in, tokens_out, cost, reused in [
+        *rows,
+        *rolled,
+    ]:
         model = raw_model or None  # the roll-up keeps "" for calls that recorded no model
         when = raw_day if isinstance(raw_day, date) else date.fromisoformat(str(raw_day))
-        figures = UsageFigures(int(calls), int(searches), int(tokens_in), int(tokens_out), float(cost))
+        figures = UsageFigures(
+            int(calls), int(searches), int(tokens_in), int(tokens_out), float(cost), int(reused)
+        )
         per_day[when] = per_day.get(when, UsageBreakdown()).add(endpoint, model, figures)
         total = total.add(endpoint, model, figures)
     return TenantUsage(period=days, total=total, days=sorted(per_day.items()))

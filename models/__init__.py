@@ -18,6 +18,7 @@ from models.jobs import (
     Job,
     SourceList,
     UsageDay,
+    Verdict,
     intake_rows,
 )
 from models.sessions import SESSION_END_REASONS, WebSession
@@ -44,6 +45,7 @@ __all__ = [
     "Stage",
     "Tenant",
     "UsageDay",
+    "Verdict",
     "WebSession",
     "WebhookAttempt",
     "WebhookDelivery",

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Table,
     Text,
@@ -143,6 +144,8 @@ class UsageDay(Base):
     input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    # Answers taken from the verdict store (api_calls rows with `reused`): counted apart, never in `requests`.
+    reused: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class SourceList(Base):
@@ -299,6 +302,36 @@ class ApiCall(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Every item a packed attempt answered (the head, `item_id`, first); null for an attempt of one item.
     pack_items: Mapped[list[int] | None] = mapped_column(JSONType, default=None)
+    # An answer taken from the tenant's verdict store (jobs/verdicts.py), not an HTTP attempt: no status, no
+    # latency, cost 0, the original request's `request_id`. Usage counts these apart from requests.
+    reused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
+class Verdict(Base):
+    """One finished upstream Decisions request's answers, kept for the later jobs of its tenant
+    (checks/reuse.py: the key; jobs/verdicts.py: the one-read lookup and the insert). `key` is the
+    SHA-256 of the endpoint, upstream, model, grounding mode and canonical body — never of a secret. An
+    entry belongs to the job whose request it answered: it stops answering the moment that job is
+    deleted, purged or past its retention (the lookup joins the job), and goes with the job's rows in
+    the purge (or with its tenant, by cascade)."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (Index("ix_verdicts_job", "job_id"),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    endpoint: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(64))
+    grounded: Mapped[bool] = mapped_column(Boolean)
+    request_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    answered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The validated answer as the client returned it: answers, search results, model, sanitized paths.
+    answer: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
 
 
 # The rows of a streamed submission, staged by COPY as they are validated (jobs/bulk_load.py), until its

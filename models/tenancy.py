@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Float, ForeignKey, Integer, String, Text, Uuid
+from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, Text, Uuid, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, UTCDateTime, utcnow
@@ -43,6 +43,9 @@ class Tenant(Base):
     # stays, so its name is not reused and its usage roll-up (billing) keeps its owner.
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Whether its jobs' requests may be answered from (and kept in) its verdict store (`factgate tenants set
+    # NAME --reuse off|on`); a job's own `reuse: "none"` turns it off for that job alone.
+    reuse: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
 
 
 class ApiToken(Base):

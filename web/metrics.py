@@ -192,7 +192,7 @@ class FactgateCollector:
             since = utcnow() - timedelta(seconds=self.window)
             call_rows = session.execute(
                 select(ApiCall.endpoint, ApiCall.status_code, func.count())
-                .where(ApiCall.created_at >= since)
+                .where(ApiCall.created_at >= since, ApiCall.reused.is_(False))
                 .group_by(ApiCall.endpoint, ApiCall.status_code)
             ).all()
         jobs = GaugeMetricFamily("factgate_jobs", "Jobs by status", labels=["status"])

@@ -190,6 +190,11 @@ SCHEMAS: dict[str, Any] = {
         "description": "Summed from one row per upstream HTTP attempt: stored at finalization, live before.",
         "properties": {
             "http_attempts": {"type": "integer"},
+            "reused": {
+                "type": "integer",
+                "description": "Decisions requests answered from the tenant's verdict store: not sent, not "
+                "billed, not in `http_attempts`.",
+            },
             "input_tokens": {"type": "integer"},
             "output_tokens": {"type": "integer"},
             "searches": {"type": "integer"},
@@ -221,6 +226,11 @@ SCHEMAS: dict[str, Any] = {
         "required": ["requests", "searches", "input_tokens", "output_tokens", "cost_usd"],
         "properties": {
             "requests": {"type": "integer", "description": "HTTP attempts upstream, failed ones included."},
+            "reused": {
+                "type": "integer",
+                "description": "Decisions requests answered from the tenant's verdict store instead: not "
+                "sent, cost 0, not in `requests`.",
+            },
             "searches": {
                 "type": "integer",
                 "description": "Searches billed (grounded attempts, Search calls).",
@@ -324,6 +334,11 @@ SCHEMAS: dict[str, Any] = {
                         "cost_usd": {"type": "number"},
                         "error": {"type": ["string", "null"]},
                         "created_at": {"type": "string", "format": "date-time"},
+                        "reused": {
+                            "type": "boolean",
+                            "description": "Not an attempt: a later job's request answered from the verdict "
+                            "store by this request's answer, at no cost.",
+                        },
                         "job": {"type": "object"},
                         "item": {"type": ["object", "null"]},
                         "items": {

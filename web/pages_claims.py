@@ -52,6 +52,8 @@ class ModeCell:
     grade: str | None  # correct | wrong | review | None (unlabelled or unanswered)
     request_id: str | None
     error: str | None
+    # When the answer came from the tenant's verdict store: the original request's time (ISO), else None.
+    reused_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ def _row_view(record: ClaimResult, modes: list[str], smin: float, cmax: float) -
                 grade=grade,
                 request_id=res.request_id,
                 error=res.error,
+                reused_at=str((res.reused_from or {}).get("answered_at") or "") or None,
             )
         )
         if mode == "grounded" and res.in_query is False:

@@ -77,7 +77,12 @@ OPTION_GROUPS: dict[str, dict[str, str]] = {
     "common-options": {"priority": "priority"},
 }
 # Fields outside any group's rule: every kind takes them (they sit in the common fieldset).
-UNGROUPED = {"budget_usd": "budget_usd", "webhook_url": "webhook_url"}
+UNGROUPED = {
+    "budget_usd": "budget_usd",
+    "webhook_url": "webhook_url",
+    "reuse": "reuse",
+    "reuse_max_age_hours": "reuse_max_age_hours",
+}
 # Every option field of the form.
 FORM_OPTIONS = tuple(f for fields in (*OPTION_GROUPS.values(), UNGROUPED) for f in fields)
 MAX_NAME_CHARS = 200

@@ -42,6 +42,8 @@ MIN_IN_FLIGHT = 2
 LATENCY_REFRESH_S = 2.0
 QUIET_RECHECK_S = 0.25  # a scope found empty is looked at again after this long (`Allocation.quiet`)
 DEFAULT_LATENCY_S = 1.0
+# The most the reused share raises a scope's item rate by: 1 / (1 - 0.95) = 20 times (then max_in_flight).
+MAX_REUSED_SHARE = 0.95
 
 
 def target_in_flight(rate_per_s: float, latency_s: float, max_in_flight: int) -> int:
@@ -89,6 +91,8 @@ class Allocation:
         self.config = config
         self.scopes: dict[str, ScopeState] = {}
         self.latency: dict[str, float] = {}
+        # The share of an endpoint's latest answers that came from the verdict store (jobs/verdicts.py).
+        self.reused: dict[str, float] = {}
         self.latency_at = 0.0
         # Scopes found with nothing in flight and nothing ready (a claims job has no Agent or Search items):
         # scope -> (monotonic time to look again, the live jobs then). Looking at each at every tick costs
@@ -114,11 +118,21 @@ class Allocation:
                 observed = scheduling.observed_latency_s(session, endpoint)
                 if observed is not None:
                     self.latency[endpoint] = observed
+                if endpoint == "decisions":
+                    self.reused[endpoint] = scheduling.reused_share(session, endpoint)
         self.latency_at = now
 
     def target(self, endpoint: str) -> int:
+        """The scope's in-flight bound. While a share f of the latest answers came from the verdict store
+        (a re-run), items pass at rate / (1 - f): those take no limiter slot and settle in milliseconds, so
+        at the upstream's own bound a re-run answered from the store would crawl. The limiter still paces
+        every request that is sent."""
         latency = self.latency.get(endpoint, DEFAULT_LATENCY_S)
-        return target_in_flight(self.rate(endpoint), latency, self.config.max_in_flight)
+        rate = self.rate(endpoint)
+        share = min(self.reused.get(endpoint, 0.0), MAX_REUSED_SHARE)
+        return target_in_flight(
+            rate / (1.0 - share) if rate > 0 else rate, latency, self.config.max_in_flight
+        )
 
     def batch_of(self, endpoint: str, target: int) -> int:
         """How many free slots a scope waits for before it sends, while it has items in flight.

@@ -135,7 +135,7 @@ def score_sentence(
         body = gate.sentence_request(spec.claim, dict(spec.passages), model)
     except ValueError as exc:
         raise StepError(f"cannot score this sentence: {exc}", retryable=False) from None
-    decision: Decision = calls.run(lambda: calls.client.decide(body), model)
+    decision: Decision = calls.decide(body, model)
     answers = answers_as_dicts(decision)
     probabilities = {name: float(a["noul"]) for name, a in answers.items() if "noul" in a}
     return verdict_of(spec, probabilities, decision, cutoffs)
@@ -160,7 +160,7 @@ def score_pack(
         packed = pack_sentences([answer_plan(s.number, s.claim, s.passages) for s in specs], model)
     except ValueError as exc:
         raise StepError(f"cannot score these sentences: {exc}", retryable=False) from None
-    decision: Decision = calls.run(lambda: calls.client.decide(packed.body, partial=True), model)
+    decision: Decision = calls.decide(packed.body, model, partial=True)
     answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
     tokens_in = split_count(decision.input_tokens, len(specs))
     tokens_out = split_count(decision.output_tokens, len(specs))

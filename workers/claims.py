@@ -66,7 +66,7 @@ def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome
     model = model_of(item)
     body = claim_rules.request_body(item.input["claim"], model=model, mode=item.mode)  # type: ignore[arg-type]
     try:
-        decision: Decision = calls.run(lambda: calls.client.decide(body), model)
+        decision: Decision = calls.decide(body, model)
     except StepError as exc:
         return calls.failed(exc)
     rec = decision.record

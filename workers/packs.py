@@ -48,7 +48,9 @@ def execute_pack(ctx: WorkerContext, items: Sequence[ClaimedItem]) -> PackOutcom
     handler = pack_handler_for(head)
     if handler is None:
         return Failed(f"no pack handler for item stage {head.stage!r}")
-    return behind_prologue(ctx, head, lambda calls: handler(ctx, items, calls), f"pack of item {head.id}")
+    return behind_prologue(
+        ctx, head, lambda calls: calls.marked_pack(handler(ctx, items, calls)), f"pack of item {head.id}"
+    )
 
 
 def member_results(items: Sequence[ClaimedItem], outcome: PackOutcome) -> list[MemberResult]:

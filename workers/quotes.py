@@ -63,7 +63,7 @@ def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -
 
 
 def _decide(calls: Calls, body: dict[str, Any], model: str) -> tuple[Decision, dict[str, Any]]:
-    decision: Decision = calls.run(lambda: calls.client.decide(body), model)
+    decision: Decision = calls.decide(body, model)
     facts = {
         **call_facts(decision.record),
         "input_tokens": decision.input_tokens,

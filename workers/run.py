@@ -121,7 +121,9 @@ def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     handler = handler_for(item)
     if handler is None:
         return Failed(f"no handler for item stage {item.stage!r}")
-    return behind_prologue(ctx, item, lambda calls: handler(ctx, item, calls), f"item {item.id}")
+    return behind_prologue(
+        ctx, item, lambda calls: calls.marked(handler(ctx, item, calls)), f"item {item.id}"
+    )
 
 
 def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:

@@ -4,30 +4,40 @@ answers as plain dicts, and one way to turn an upstream failure into an outcome.
 The task gives each handler a `Calls`: every upstream call goes through `Calls.run`, which keeps the call's
 rows whatever happens (an answer, an error, a call stopped half-way because the limiter gave up), so each
 HTTP attempt becomes an `api_calls` row of its item, and counts the money against the job's budget.
+Decisions requests go through `Calls.decide`, which first looks the request up in the tenant's verdict
+store (checks/reuse.py, jobs/verdicts.py): a hit is answered before the client is called, so it takes no
+limiter slot and sends nothing, and is recorded as a `reused` row of cost 0; a request sent and answered is
+kept there for the tenant's later jobs.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from checks import pricing
+from checks import reuse as reuse_rules
 from checks.answers import AGENT_PRESET
+from checks.packing import AUDIT_STAGE
 from clients.errors import CallInterrupted, UpstreamError
 from clients.perplexity import PerplexityClient
 from clients.records import CallRecord
 from clients.results import Decision
 from jobs.keyring import KeyringError
 from jobs.records import CallRow, ClaimedItem
+from jobs.retention import Retention
+from jobs.verdicts import NewVerdict, find_verdict, keep_verdict
+from models import autocommit_scope, utcnow
 from workers.budget import over_budget, spend
 from workers.calls import call_rows
 from workers.context import WorkerContext
 from workers.faults import INFRA_ERRORS, is_infrastructure_fault
 from workers.faults import describe as describe_fault
 from workers.limiter import LimiterTimeout
-from workers.outcomes import Failed, Outcome, PackOutcome, Skipped, Transient
+from workers.outcomes import Done, Failed, Outcome, PackAnswered, PackOutcome, Skipped, Transient
+from workers.reuse import ReusedFrom, decision_json, stored_decision
 
 log = logging.getLogger("factgate.workers")
 
@@ -87,6 +97,8 @@ class Calls:
     client: PerplexityClient
     own_key: str | None = None
     rows: list[CallRow] = field(default_factory=list)
+    # Decisions requests of this try answered from the tenant's verdict store, in order.
+    reused: list[ReusedFrom] = field(default_factory=list)
 
     def add(self, record: CallRecord, model: str | None = None) -> None:
         rows = priced_rows(record, model)
@@ -134,6 +146,91 @@ class Calls:
             raise StepError(message, retryable=exc.retryable, request_ids=exc.record.request_ids) from None
         self.add(result.record, model)
         return result
+
+    def decide(
+        self, body: Mapping[str, Any], model: str | None = None, *, reuse: bool = True, partial: bool = False
+    ) -> Decision:
+        """One Decisions request, answered from the tenant's verdict store when the job's policy allows and an
+        entry may answer it (checks/reuse.py), else sent through `run` and, once answered, kept there.
+
+        `reuse=False` bypasses the store both ways: for requests that must reach the upstream whatever was
+        answered before (an audit of what the upstream says now). Raises StepError as `run` does.
+        """
+        # The packing audit asks what the upstream says now: never from the store, never kept in it.
+        reuse = reuse and self.item.stage != AUDIT_STAGE
+        policy = reuse_rules.policy_for(self.item.options, body) if reuse else reuse_rules.NEVER
+        key = reuse_rules.request_key("decisions", self.client.base_url, body) if policy.write else b""
+        if policy.read:
+            with autocommit_scope(self.ctx.engine) as conn:
+                stored = find_verdict(
+                    conn, self.item.tenant_id, key, policy=policy, retention=Retention.of(self.ctx.settings)
+                )
+            if stored is not None:
+                answer = stored_decision(stored, grounded=reuse_rules.is_grounded(body))
+                self.rows.append(
+                    CallRow(
+                        endpoint="decisions",
+                        attempt=1,
+                        status_code=None,
+                        request_id=stored.request_id,
+                        latency_ms=0.0,
+                        model=stored.model,
+                        reused=True,
+                    )
+                )
+                self.reused.append(ReusedFrom(stored.request_id, stored.answered_at))
+                return answer
+        decision: Decision = self.run(lambda: self.client.decide(body, partial=partial), model)
+        if policy.write and (not partial or len(decision.answers) == len(_questions(body))):
+            self._keep(key, body, decision)
+        return decision
+
+    def _keep(self, key: bytes, body: Mapping[str, Any], decision: Decision) -> None:
+        """Store an answered request for the tenant's later jobs; a failure here loses only that."""
+        record = decision.record
+        try:
+            with autocommit_scope(self.ctx.engine) as conn:
+                keep_verdict(
+                    conn,
+                    NewVerdict(
+                        tenant_id=self.item.tenant_id,
+                        job_id=self.item.job_id,
+                        key=key,
+                        endpoint="decisions",
+                        model=reuse_rules.model_of(body),
+                        grounded=reuse_rules.is_grounded(body),
+                        request_id=record.request_id,
+                        answered_at=utcnow(),
+                        answer=decision_json(decision),
+                        input_tokens=decision.input_tokens,
+                        output_tokens=decision.output_tokens,
+                    ),
+                )
+        except INFRA_ERRORS:
+            log.warning("item %s: its answer could not be kept for reuse", self.item.id, exc_info=True)
+
+    def marked(self, outcome: Outcome) -> Outcome:
+        """A result that says which of its requests were answered from the store (`reused_from`: the one
+        entry, or a list when the item made several such requests)."""
+        said = self._reused_from()
+        if said is None or not isinstance(outcome, Done):
+            return outcome
+        return Done({**outcome.output, "reused_from": said}, outcome.calls)
+
+    def marked_pack(self, outcome: PackOutcome) -> PackOutcome:
+        """`marked` for a pack: each member answered says where its answer came from."""
+        said = self._reused_from()
+        if said is None or not isinstance(outcome, PackAnswered):
+            return outcome
+        members = [
+            Done({**m.output, "reused_from": said}, m.calls) if isinstance(m, Done) else m
+            for m in outcome.members
+        ]
+        return PackAnswered(members, outcome.calls)
+
+    def _reused_from(self) -> dict[str, Any] | list[dict[str, Any]] | None:
+        found = [r.as_dict() for r in self.reused]
+        return None if not found else found[0] if len(found) == 1 else found
 
     def failed(self, error: StepError, output: dict[str, Any] | None = None) -> Outcome:
         """The outcome of a handler stopped by `error`: retry later, or fail keeping `output`."""
@@ -219,9 +316,14 @@ def ask_packed(
     out of the probabilities (its item is asked again alone). The decision and each noul answer by name,
     or the outcome of a request that did not answer."""
     try:
-        decision: Decision = calls.run(lambda: calls.client.decide(body, partial=True), model)
+        decision: Decision = calls.decide(body, model, partial=True)
     except StepError as exc:
         outcome = calls.failed(exc)
         assert isinstance(outcome, Failed | Transient)
         return outcome
     return decision, {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
+
+
+def _questions(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = body.get("questions")
+    return found if isinstance(found, Mapping) else {}

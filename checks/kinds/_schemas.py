@@ -56,6 +56,22 @@ WEBHOOK_URL_OPTION: dict[str, Any] = {
     "the tenant's default URL is used, if it has one. Private, loopback and link-local addresses are "
     "refused when sending. Only present in the stored options when given.",
 }
+REUSE_OPTION: dict[str, Any] = {
+    "type": "string",
+    "enum": ["auto", "none"],
+    "default": "auto",
+    "description": "`auto`: a request identical to one a job of this tenant already sent (same model, "
+    "grounding mode and body) is answered from the tenant's verdict store at no cost, without an upstream "
+    "call; never for a `…-latest` model, grounded requests only with `reuse_max_age_hours`. `none`: every "
+    "request of this job is sent, and none is kept for later jobs. Only present in the stored options when "
+    "`none`.",
+}
+REUSE_MAX_AGE_OPTION: dict[str, Any] = {
+    "type": ["number", "null"],
+    "exclusiveMinimum": 0,
+    "description": "Grounded requests may be answered from stored answers at most this many hours old "
+    "(the web changes, so without it a grounded request is always sent). Only present when given.",
+}
 
 CLAIM_ROW: dict[str, Any] = {
     "type": "object",
@@ -105,6 +121,8 @@ CLAIMS_OPTIONS: dict[str, Any] = {
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
+        "reuse": REUSE_OPTION,
+        "reuse_max_age_hours": REUSE_MAX_AGE_OPTION,
     },
 }
 
@@ -156,5 +174,7 @@ QUESTIONS_OPTIONS: dict[str, Any] = {
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
         "webhook_url": WEBHOOK_URL_OPTION,
+        "reuse": REUSE_OPTION,
+        "reuse_max_age_hours": REUSE_MAX_AGE_OPTION,
     },
 }

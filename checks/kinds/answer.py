@@ -20,6 +20,7 @@ from checks.kinds._questions import (
     QuestionsSummary,
     as_report,
 )
+from checks.packing import AUDIT_STAGE
 from checks.packing_audit import AuditPart, PackingAudit, combine
 from checks.recipes import Recipe, StageSpec, register
 
@@ -165,7 +166,7 @@ RECIPE = register(
             StageSpec("sentence", "decisions"),
             StageSpec("investigation", "agent"),
             # a packed sentence asked again alone, for the packing audit (docs/spec.md §9.6)
-            StageSpec("audit_sentence", "decisions"),
+            StageSpec(AUDIT_STAGE, "decisions"),
         ),
         result_line=AnswerResult,
         summary=AnswerSummary,

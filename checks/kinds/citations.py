@@ -41,30 +41,33 @@ from checks.kinds._schemas import (
     BUDGET_OPTION,
     PACK_SIZE_OPTION,
     PRIORITY_OPTION,
+    REUSE_MAX_AGE_OPTION,
+    REUSE_OPTION,
     WEBHOOK_URL_OPTION,
 )
 from checks.ndjson import RowLine
 from checks.options import (
     CUTOFFS_MODEL,
+    REUSE_OPTION_NAMES,
     OptionsError,
     audit_share_option,
     number_option,
     pack_size_option,
     priority_option,
+    reuse_options,
     webhook_url_option,
     without_unset_webhook,
 )
-from checks.packing import DEFAULT_AUDIT_SHARE, MAX_PACK_SIZE
+from checks.packing import AUDIT_STAGE, DEFAULT_AUDIT_SHARE, MAX_PACK_SIZE
 from checks.packing_audit import AuditPart, combine
 from checks.pricing import KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.recipes import Recipe, RowLimits, StageSpec, register
+from checks.reuse import Reuse
 
 ENTRY_STAGE: Final = "answer"
 SENTENCE_STAGE: Final = "cited_sentence"
 REWRITE_STAGE: Final = "rewrite"
-# A packed sentence asked again alone, for the packing audit (checks/packing_audit.py).
-AUDIT_STAGE: Final = "audit_sentence"
 REVIEWS: Final = ("none", "agent")
 Review = Literal["none", "agent"]
 OPTION_NAMES: Final = frozenset(
@@ -83,6 +86,7 @@ OPTION_NAMES: Final = frozenset(
         "audit_share",
         "input_format",
     }
+    | REUSE_OPTION_NAMES
 )
 CSV_COLUMNS: Final = (
     "custom_id",
@@ -103,6 +107,7 @@ CSV_COLUMNS: Final = (
     "suggestion",
     "answer_outcome",
     "model_note",
+    "reused_from",
 )
 _BOOLEANS: Final = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
@@ -125,6 +130,8 @@ class CitationsOptions:
     pack_size: int = MAX_PACK_SIZE
     audit_share: float = DEFAULT_AUDIT_SHARE
     input_format: str = "auto"
+    reuse: Reuse = "auto"
+    reuse_max_age_hours: float | None = None
 
     @property
     def cutoffs(self) -> CitationCutoffs:
@@ -149,6 +156,8 @@ class CitationsOptions:
                 "audit_share": self.audit_share,
                 # Stored only when named: a job read as detected keeps the options it always had.
                 **({"input_format": self.input_format} if self.input_format != "auto" else {}),
+                "reuse": self.reuse,
+                "reuse_max_age_hours": self.reuse_max_age_hours,
             }
         )
 
@@ -195,6 +204,7 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
         raise OptionsError(
             "input_format", f"must be one of {', '.join(INPUT_FORMATS)}, got {str(input_format)[:40]!r}"
         )
+    reuse, max_age = reuse_options(raw)
     return CitationsOptions(
         input_format=str(input_format),
         model=model,
@@ -206,6 +216,8 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
         webhook_url=webhook_url_option(raw),
         pack_size=pack_size_option(raw, MAX_PACK_SIZE),
         audit_share=audit_share_option(raw, DEFAULT_AUDIT_SHARE),
+        reuse=reuse,
+        reuse_max_age_hours=max_age,
     )
 
 
@@ -400,6 +412,8 @@ OPTIONS_SCHEMA: Final[Mapping[str, object]] = {
             "samples (user_input, response, retrieved_contexts, reference) or DeepEval test cases (input, "
             "actual_output, retrieval_context, name); `auto` decides by the first row.",
         },
+        "reuse": REUSE_OPTION,
+        "reuse_max_age_hours": REUSE_MAX_AGE_OPTION,
     },
 }
 

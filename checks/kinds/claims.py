@@ -19,7 +19,7 @@ from checks.ndjson import RowLine
 from checks.options import CLAIMS_OPTION_NAMES, parse_claims_options
 from checks.recipes import Recipe, RowLimits, StageSpec, register
 
-CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error")
+CSV_COLUMNS = ("custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error", "reused_from")
 
 
 class ClaimModeResult(Contract):
@@ -36,6 +36,8 @@ class ClaimModeResult(Contract):
     in_query: bool | None = None
     sources: list[dict[str, Any]] = Field(default_factory=list)
     error: str | None = None
+    # Answered from the tenant's verdict store: the original request's id and time (absent otherwise).
+    reused_from: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ClaimResult(Contract):

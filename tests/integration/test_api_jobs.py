@@ -257,7 +257,9 @@ def test_results_as_csv_one_row_per_claim_per_mode(web: WebEnv, caller: Caller) 
     assert resp.mimetype == "text/csv"
     assert resp.headers["Content-Disposition"] == f'attachment; filename="factgate-{jid}-results.csv"'
     rows = csv_rows(resp)
-    assert list(rows[0]) == ["custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error"]
+    assert list(rows[0]) == [
+        "custom_id", "mode", "status", "p", "verdict", "label", "request_id", "error", "reused_from"
+    ]  # fmt: skip
     assert [(r["custom_id"], r["mode"]) for r in rows] == [
         (c, m) for c in ("c1", "c2", "c3") for m in ("ungrounded", "grounded")
     ]
@@ -270,6 +272,7 @@ def test_results_as_csv_one_row_per_claim_per_mode(web: WebEnv, caller: Caller) 
         "label": "true",
         "request_id": "req-c1-grounded",
         "error": "",
+        "reused_from": "",
     }
     assert (
         rows[2]["status"] == "failed" and rows[2]["error"] == 'bad, "quoted"' and rows[2]["label"] == "false"

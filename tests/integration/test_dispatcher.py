@@ -17,7 +17,7 @@ from jobs import scheduling
 from jobs.intake import UnitSpec, create_job
 from jobs.scheduling import Ready
 from jobs.tenancy import get_or_create_tenant, set_tenant
-from models import Item, session_scope, utcnow
+from models import ApiCall, Item, Job, session_scope, utcnow
 from models.db import make_session_factory
 from tests.integration.stack import fresh_database
 from workers import dispatcher as dispatcher_module
@@ -198,3 +198,37 @@ def test_the_in_flight_bound_holds_and_a_new_job_is_served_at_the_next_free_slot
     finally:
         harness.close()
     assert Counter(harness.sent)[small] == 3 and Counter(harness.sent)[big] >= 10
+
+
+def test_a_scope_answered_from_the_verdict_store_keeps_more_in_flight(db: tuple[str, Engine]) -> None:
+    """While most of the latest Decisions answers were reused (no limiter slot, settled in milliseconds),
+    the in-flight bound follows the item rate they allow, rate / (1 - share); sent answers bring it back."""
+    url, engine = db
+    job = _job(engine, "rerun", 1)
+    settings = Settings(database_url=url, decisions_rps=10.0)
+    ctx = build_context(settings)
+    dispatcher = Dispatcher(ctx, make_celery(settings, with_tasks=False))
+    try:
+        dispatcher.allocation.refresh_latency(time.monotonic())
+        plain = dispatcher.target("decisions")
+        with session_scope(make_session_factory(engine)) as s:
+            tenant_id = s.scalar(select(Job.tenant_id).where(Job.id == job))
+            s.add_all(
+                ApiCall(tenant_id=tenant_id, job_id=job, endpoint="decisions", attempt=1, reused=True)
+                for _ in range(20)
+            )
+        dispatcher.allocation.refresh_latency(time.monotonic() + 60)
+        assert dispatcher.target("decisions") > 2 * plain
+        with session_scope(make_session_factory(engine)) as s:
+            assert scheduling.reused_share(s, "decisions") == 1.0
+            s.add_all(
+                ApiCall(
+                    tenant_id=tenant_id, job_id=job, endpoint="decisions", status_code=200, latency_ms=300.0
+                )
+                for _ in range(50)
+            )
+        dispatcher.allocation.refresh_latency(time.monotonic() + 120)
+        assert dispatcher.target("decisions") <= plain
+    finally:
+        dispatcher.stop()
+        ctx.close()

@@ -39,7 +39,7 @@ def _rows(line: CitationsResult) -> Iterator[Sequence[object]]:
     note = line.model_note or ""
     if report is None or not report.sentences:
         yield (line.custom_id, "", "", "", "", (report.error if report else None) or "", "", "", "", "",
-               "", "", "", "", "", "", line.outcome or line.status, note)  # fmt: skip
+               "", "", "", "", "", "", line.outcome or line.status, note, "")  # fmt: skip
         return
     for s in report.sentences:
         cited = [p for p in s.passages if p.role == "cited"]
@@ -65,6 +65,7 @@ def _rows(line: CitationsResult) -> Iterator[Sequence[object]]:
             (review.suggestion or "") if review else "",
             line.outcome or line.status,
             note,
+            (s.reused_from or {}).get("request_id") or "",
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from checks.packing import AUDIT_STAGE
 from workers.answers import (
     handle_answer_investigation,
     handle_answer_question,
@@ -18,7 +19,7 @@ KIND = register(
             "sentence": handle_sentence,
             "investigation": handle_answer_investigation,
             # the packing audit asks a packed sentence again in the unpacked shape
-            "audit_sentence": handle_sentence,
+            AUDIT_STAGE: handle_sentence,
         },
         packs={"sentence": handle_sentence_pack},
     )

@@ -16,7 +16,7 @@ from checks.answer_requests import CHECKABLE_QUESTION, contradicts_question, sup
 from checks.citation_contracts import CitationEntry, SentencePlan, SentenceScore
 from checks.citation_markers import cited_sentences
 from checks.citation_passages import decisions_request
-from checks.packing import pack_sentences, split_count
+from checks.packing import AUDIT_STAGE, pack_sentences, split_count
 from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.answers import handle_investigation
@@ -48,7 +48,7 @@ def handle_sentence(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outc
     except ValueError as exc:
         return Failed(f"cannot score this sentence: {exc}")
     try:
-        decision: Decision = calls.run(lambda: calls.client.decide(body), model)
+        decision: Decision = calls.decide(body, model)
     except StepError as exc:
         return calls.failed(exc)
     answers = {name: a.noul for name, a in decision.answers.items() if a.noul is not None}
@@ -120,7 +120,7 @@ KIND = register(
             "cited_sentence": handle_sentence,
             "rewrite": handle_rewrite,
             # the packing audit asks a packed sentence again in the unpacked shape
-            "audit_sentence": handle_sentence,
+            AUDIT_STAGE: handle_sentence,
         },
         packs={"cited_sentence": handle_sentence_pack},
     )

@@ -1,0 +1,154 @@
+"""Verdict reuse across a tenant's jobs (issue 35): what a re-run costs when nothing, or a tenth, changed.
+
+The stack as the README and Procfile start it — the simulator as its own process at 10 Decisions requests/s
+with 0.3 s latency, gunicorn, one `celery worker` (16 threads) and beat — and one tenant submitting
+`citations` jobs over the API on the pinned model `pplx-decider-v1.2` (a `…-latest` alias is never reused):
+
+1. first: N realistic answers (bench/_answers.py: ~5 sentences and 4 sources each, some sources 2–10 kB);
+2. same: the same rows again — goal 0 upstream requests and a time ≤ 10 % of the first;
+3. edited: the rows with 10 % of the answers edited (one sentence each) — goal requests ≤ 0.11 of the first;
+4. none: the original rows with `reuse=none` — as many requests as the first.
+
+For each run: the upstream requests (HTTP attempts the job sent, from `api_calls`; the simulator's own count
+beside it), the answers reused from the store, the time from POST to completed, and the ratios to the first.
+
+    FACTGATE_BENCH_REDIS_URL=redis://127.0.0.1:6379/12 .venv/bin/python bench/reuse.py [--answers 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._answers import answers, edit_answers, ndjson
+from bench._procs import REDIS_URL, Procs, flush_redis, free_port, fresh_database
+from jobs.tenancy import create_token
+from models import ApiCall, Job, make_engine, make_session_factory, session_scope
+
+LIMIT = 10.0
+MODEL = "pplx-decider-v1.2"
+EDITED_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    status: str
+    requests: int  # HTTP attempts the job sent upstream
+    simulator: int  # Decisions requests the simulator saw meanwhile
+    reused: int
+    sentences: int
+    seconds: float
+
+
+def _sim_decisions(sim: str) -> int:
+    stats = httpx.get(sim + "/stats").json().get("endpoints", {}).get("decisions", {})
+    return int(sum(v for k, v in stats.items() if k.isdigit()))
+
+
+def _run(
+    name: str, engine: Engine, web: str, sim: str, token: str, rows: list[dict[str, Any]], query: str
+) -> Run:
+    before = _sim_decisions(sim)
+    t0 = time.time()
+    resp = httpx.post(
+        f"{web}/v1/jobs?kind=citations&model={MODEL}{query}",
+        content=ndjson(rows),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+        timeout=300,
+    )
+    if resp.status_code != 202:
+        raise SystemExit(f"{name}: {resp.status_code} {resp.text[:500]}")
+    job_id = uuid.UUID(resp.json()["id"])
+    while True:
+        with Session(engine) as s:
+            job = s.get(Job, job_id)
+            if job is not None and job.status in ("completed", "failed", "cancelled"):
+                ended = job.completed_at or job.failed_at or job.cancelled_at
+                status, summary = job.status, job.summary or {}
+                break
+        time.sleep(0.1)
+    with Session(engine) as s:
+        sent = s.scalar(select(func.count()).where(ApiCall.job_id == job_id, ApiCall.reused.is_(False)))
+        reused = s.scalar(select(func.count()).where(ApiCall.job_id == job_id, ApiCall.reused.is_(True)))
+    seconds = (ended.timestamp() if ended is not None else time.time()) - t0
+    sentences = int((summary.get("metrics") or {}).get("sentences") or 0)
+    return Run(
+        name, status, int(sent or 0), _sim_decisions(sim) - before, int(reused or 0), sentences, seconds
+    )
+
+
+def bench(n: int) -> list[str]:
+    flush_redis()
+    rows = answers(n)
+    edited = edit_answers(rows, EDITED_SHARE)
+    with fresh_database() as db_url:
+        engine = make_engine(db_url)
+        with session_scope(make_session_factory(engine)) as s:
+            token = create_token(s, "bench").token
+        env = {"DATABASE_URL": db_url, "REDIS_URL": REDIS_URL, "PERPLEXITY_API_KEY": "bench-key",
+               "FACTGATE_SECRET_KEY": "x"}  # fmt: skip
+        procs = Procs(env=env)
+        try:
+            sim = procs.start_simulator(free_port(), "--decisions-rps", str(LIMIT), "--latency", "0.3")
+            procs.env["PERPLEXITY_API_BASE"] = sim
+            web = procs.start_web(free_port(), workers=1)
+            procs.start_worker(concurrency=16, beat=True)
+            runs = [
+                _run("first", engine, web, sim, token, rows, ""),
+                _run("same", engine, web, sim, token, rows, ""),
+                _run("edited", engine, web, sim, token, edited, ""),
+                _run("none", engine, web, sim, token, rows, "&reuse=none"),
+            ]
+        finally:
+            procs.stop()
+            engine.dispose()
+    first = runs[0]
+    lines = [
+        f"verdict reuse: {n:,} citations answers ({first.sentences:,} sentences), model {MODEL}, simulator "
+        f"{LIMIT:g} req/s, latency 0.3 s, web + 1 worker (16 threads) + beat, one tenant",
+        f"  {'run':8} {'status':10} {'requests':>9} {'(sim)':>7} {'reused':>7} {'time s':>8} "
+        f"{'requests/first':>15} {'time/first':>11}",
+    ]
+    for r in runs:
+        lines.append(
+            f"  {r.name:8} {r.status:10} {r.requests:9,} {r.simulator:7,} {r.reused:7,} {r.seconds:8.1f} "
+            f"{r.requests / max(first.requests, 1):15.3f} {r.seconds / max(first.seconds, 1e-9):11.3f}"
+        )
+    same, edit, none = runs[1], runs[2], runs[3]
+    goals = [
+        ("same rows: 0 upstream requests", same.requests == 0 and same.simulator == 0),
+        ("same rows: time ≤ 0.10 of the first", same.seconds <= 0.10 * first.seconds),
+        (
+            f"{EDITED_SHARE:.0%} edited: requests ≤ 0.11 of the first",
+            edit.requests <= 0.11 * first.requests,
+        ),
+        (
+            "reuse none: as many requests as the first (within 1 %: retried attempts vary), none reused",
+            none.reused == 0 and abs(none.requests - first.requests) <= 0.01 * first.requests,
+        ),
+    ]
+    lines += [f"  goal: {text} — {'MET' if met else 'NOT MET'}" for text, met in goals]
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--answers", type=int, default=2_000)
+    args = ap.parse_args()
+    print("\n".join(bench(args.answers)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

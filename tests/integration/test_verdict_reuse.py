@@ -1,0 +1,306 @@
+"""Verdict reuse across a tenant's jobs (docs/spec.md, "Verdict reuse") with a real `celery worker`, Postgres,
+Redis and the simulator over HTTP: a second job of the same tenant asking the same requests sends nothing
+and says where its answers came from; another tenant, a deleted job, `reuse: "none"`, a `…-latest` model, a
+grounded request without `reuse_max_age_hours` and a tenant with reuse off all pay; the purge removes the
+entries with their job; `/v1/usage` and the job's usage count reused answers apart.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from checks.reuse import ReusePolicy
+from jobs.purge import delete_job, purge_step
+from jobs.retention import Retention
+from jobs.tenancy import create_token, get_or_create_tenant, set_tenant
+from jobs.verdicts import NewVerdict, find_verdict, keep_verdict
+from models import (
+    ApiCall,
+    Item,
+    Job,
+    Verdict,
+    autocommit_scope,
+    make_engine,
+    make_session_factory,
+    session_scope,
+    utcnow,
+)
+from simulator.config import SimConfig
+from simulator.server import run_in_thread
+from tests.integration.stack import SharedStack, shared_stack
+from web.app import create_app
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PINNED = "pplx-decider-v1.2"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "citations.jsonl"
+CLAIMS = [
+    {"id": "c1", "claim": "Rust 1.0 was released in May 2015."},
+    {"id": "c2", "claim": "The Eiffel Tower is in Berlin."},
+    {"id": "c3", "claim": "Python 3.0 was released in December 2008."},
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
+    with (
+        run_in_thread(SimConfig(decisions_rps=0, agent_rps=0)) as sim,
+        shared_stack(sim.base_url, tmp_path_factory.mktemp("reuse-stack")) as st,
+    ):
+        st.start_worker()
+        yield st
+
+
+@pytest.fixture(scope="module")
+def app(stack: SharedStack) -> Iterator[Flask]:
+    app = create_app(
+        {
+            "database_url": stack.pg_url,
+            "redis_url": stack.env["REDIS_URL"],
+            "perplexity_api_key": "sim-test-key",
+            "instance_path": stack.tmp / "instance",
+        }
+    )
+    app.testing = True
+    try:
+        yield app
+    finally:
+        app.extensions["factgate"].engine.dispose()
+
+
+class Tenant:
+    def __init__(self, stack: SharedStack, client: FlaskClient) -> None:
+        self.name = f"reuse-{uuid.uuid4().hex[:8]}"
+        with session_scope(make_session_factory(stack.engine)) as session:
+            token = create_token(session, self.name).token
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.stack = stack
+        self.client = client
+
+    def run(self, options: dict[str, Any], claims: list[dict[str, Any]] = CLAIMS) -> uuid.UUID:
+        resp = self.client.post(
+            "/v1/jobs", json={"kind": "claims", "options": options, "items": claims}, headers=self.headers
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job_id = uuid.UUID(resp.get_json()["id"])
+        job = self.stack.wait_job(job_id)
+        assert job.status == "completed", job.error
+        return job_id
+
+    def job(self, job_id: uuid.UUID) -> dict[str, Any]:
+        resp = self.client.get(f"/v1/jobs/{job_id}", headers=self.headers)
+        assert resp.status_code == 200
+        return dict(resp.get_json())
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def _sent(stack: SharedStack, job_id: uuid.UUID) -> int:
+    """HTTP attempts the job sent upstream (reused answers are rows too, but not attempts)."""
+    with Session(stack.engine) as s:
+        return int(
+            s.scalar(select(func.count()).where(ApiCall.job_id == job_id, ApiCall.reused.is_(False))) or 0
+        )
+
+
+def _outputs(stack: SharedStack, job_id: uuid.UUID) -> list[dict[str, Any]]:
+    with Session(stack.engine) as s:
+        return [
+            dict(o) for o in s.scalars(select(Item.output).where(Item.job_id == job_id).order_by(Item.id))
+        ]
+
+
+def _entries(stack: SharedStack, job_id: uuid.UUID) -> int:
+    with Session(stack.engine) as s:
+        return int(s.scalar(select(func.count()).where(Verdict.job_id == job_id)) or 0)
+
+
+def test_a_second_job_of_the_tenant_sends_nothing_and_says_where_its_answers_came_from(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    acme = Tenant(stack, client)
+    first = acme.run({"model": PINNED, "mode": "ungrounded"})
+    assert _sent(stack, first) == len(CLAIMS)
+    assert _entries(stack, first) == len(CLAIMS)
+    originals = {o["request_id"]: o for o in _outputs(stack, first)}
+
+    second = acme.run({"model": PINNED, "mode": "ungrounded"})
+    assert _sent(stack, second) == 0
+    outputs = _outputs(stack, second)
+    for output in outputs:
+        origin = output["reused_from"]
+        assert origin["request_id"] in originals
+        datetime.fromisoformat(origin["answered_at"])
+        assert output["p"] == originals[origin["request_id"]]["p"]
+        assert output["usage"]["attempts"] == 0
+        assert output["usage"]["cost_usd"] == 0
+    # Said everywhere: the result line, the job's usage, /v1/usage, and the original id still resolves.
+    lines = client.get(f"/v1/jobs/{second}/results", headers=acme.headers).get_data(as_text=True)
+    assert lines.count('"reused_from"') == len(CLAIMS)
+    usage = acme.job(second)["usage"]
+    assert (usage["http_attempts"], usage["reused"], usage["cost_usd"]) == (0, len(CLAIMS), 0)
+    today = datetime.now(UTC).date().isoformat()
+    totals = client.get(f"/v1/usage?from={today}&to={today}", headers=acme.headers).get_json()["totals"]
+    assert (totals["requests"], totals["reused"]) == (len(CLAIMS), len(CLAIMS))
+    some_id = outputs[0]["reused_from"]["request_id"]
+    found = client.get(f"/v1/requests/{some_id}", headers=acme.headers).get_json()
+    assert [c["reused"] for c in found["calls"]] == [False, True]
+    assert found["calls"][0]["job"]["id"] == str(first)
+
+
+def test_another_tenant_pays_for_the_same_requests(stack: SharedStack, client: FlaskClient) -> None:
+    acme, other = Tenant(stack, client), Tenant(stack, client)
+    acme.run({"model": PINNED, "mode": "ungrounded"})
+    theirs = other.run({"model": PINNED, "mode": "ungrounded"})
+    assert _sent(stack, theirs) == len(CLAIMS)
+    assert all("reused_from" not in o for o in _outputs(stack, theirs))
+
+
+def test_deleting_the_first_job_stops_reuse_at_once_and_the_purge_removes_its_entries(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    acme = Tenant(stack, client)
+    first = acme.run({"model": PINNED, "mode": "ungrounded"})
+    # The delete the API makes, without the purge it sends: reuse must stop before the purge runs.
+    with session_scope(make_session_factory(stack.engine)) as s:
+        job = s.get(Job, first)
+        assert job is not None and delete_job(s, job)
+    again = acme.run({"model": PINNED, "mode": "ungrounded"})
+    assert _sent(stack, again) == len(CLAIMS)
+    assert _entries(stack, first) == len(CLAIMS)
+    with session_scope(make_session_factory(stack.engine)) as s:
+        while purge_step(s, first, 2):
+            pass
+    assert _entries(stack, first) == 0
+    with Session(stack.engine) as s:
+        assert s.get(Job, first) is None
+    # Through the API too: the delete (and the purge it sends) leaves nothing that answers.
+    assert client.delete(f"/v1/jobs/{again}", headers=acme.headers).status_code in {200, 202, 204}
+    third = acme.run({"model": PINNED, "mode": "ungrounded"})
+    assert _sent(stack, third) == len(CLAIMS)
+
+
+def test_reuse_none_sends_everything_and_keeps_nothing(stack: SharedStack, client: FlaskClient) -> None:
+    acme = Tenant(stack, client)
+    acme.run({"model": PINNED, "mode": "ungrounded"})
+    off = acme.run({"model": PINNED, "mode": "ungrounded", "reuse": "none"})
+    assert _sent(stack, off) == len(CLAIMS)
+    assert _entries(stack, off) == 0
+    assert acme.job(off)["options"]["reuse"] == "none"
+
+
+def test_a_latest_model_is_never_reused(stack: SharedStack, client: FlaskClient) -> None:
+    acme = Tenant(stack, client)
+    first = acme.run({"model": "pplx-decider-latest", "mode": "ungrounded"})
+    second = acme.run({"model": "pplx-decider-latest", "mode": "ungrounded"})
+    assert (_sent(stack, first), _sent(stack, second)) == (len(CLAIMS), len(CLAIMS))
+    assert _entries(stack, first) == 0
+
+
+def test_grounded_requests_are_reused_only_with_a_max_age(stack: SharedStack, client: FlaskClient) -> None:
+    acme = Tenant(stack, client)
+    claims = CLAIMS[:2]
+    acme.run({"model": PINNED, "mode": "grounded"}, claims)
+    unbounded = acme.run({"model": PINNED, "mode": "grounded"}, claims)
+    assert _sent(stack, unbounded) == len(claims)
+    bounded = acme.run({"model": PINNED, "mode": "grounded", "reuse_max_age_hours": 1}, claims)
+    assert _sent(stack, bounded) == 0
+    # The stored search results come back with the answer (as a source list reference, jobs/source_lists.py).
+    assert any(o["n_search_results"] for o in _outputs(stack, bounded))
+    assert all(o.get("src_ref") for o in _outputs(stack, bounded) if o["n_search_results"])
+
+
+def test_a_tenant_with_reuse_off_pays(stack: SharedStack, client: FlaskClient) -> None:
+    acme = Tenant(stack, client)
+    acme.run({"model": PINNED, "mode": "ungrounded"})
+    with session_scope(make_session_factory(stack.engine)) as s:
+        set_tenant(s, acme.name, reuse=False)
+    again = acme.run({"model": PINNED, "mode": "ungrounded"})
+    assert _sent(stack, again) == len(CLAIMS)
+
+
+def test_the_store_on_sqlite_keeps_finds_hides_and_purges(sqlite_url: str) -> None:
+    """Embedded mode's database: the same insert (tenant's switch read in it, first answer kept), one-read
+    lookup (a deleted job's entry not found) and purge batch."""
+    engine = make_engine(sqlite_url)
+    try:
+        factory = make_session_factory(engine)
+        with session_scope(factory) as s:
+            tenant = get_or_create_tenant(s, "lite")
+            job = Job(tenant_id=tenant.id, kind="claims", status="completed", completed_at=utcnow())
+            s.add(job)
+            s.flush()
+            tenant_id, job_id = tenant.id, job.id
+        entry = NewVerdict(
+            tenant_id=tenant_id, job_id=job_id, key=b"k" * 32, endpoint="decisions", model=PINNED,
+            grounded=False, request_id="req-1", answered_at=utcnow(), answer={"answers": {}},
+            input_tokens=3, output_tokens=1,
+        )  # fmt: skip
+        policy = ReusePolicy(read=True, write=True)
+        with autocommit_scope(engine) as conn:
+            assert keep_verdict(conn, entry)
+            assert not keep_verdict(conn, replace(entry, request_id="req-2"))  # the first answer stays
+            found = find_verdict(conn, tenant_id, b"k" * 32, policy=policy, retention=Retention())
+            assert found is not None and found.request_id == "req-1"
+            assert find_verdict(conn, uuid.uuid4(), b"k" * 32, policy=policy, retention=Retention()) is None
+        with session_scope(factory) as s:
+            gone = s.get(Job, job_id)
+            assert gone is not None and delete_job(s, gone)
+        with autocommit_scope(engine) as conn:
+            assert find_verdict(conn, tenant_id, b"k" * 32, policy=policy, retention=Retention()) is None
+        with session_scope(factory) as s:
+            while purge_step(s, job_id):
+                pass
+            assert s.scalar(select(func.count()).select_from(Verdict)) == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_citations_rerun_says_reused_from_in_its_lines_csv_and_report(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    acme = Tenant(stack, client)
+    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()][:2]
+
+    def run() -> uuid.UUID:
+        resp = client.post(
+            "/v1/jobs",
+            json={"kind": "citations", "options": {"model": PINNED}, "items": rows},
+            headers=acme.headers,
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job_id = uuid.UUID(resp.get_json()["id"])
+        assert stack.wait_job(job_id).status == "completed"
+        return job_id
+
+    first = run()
+    assert _sent(stack, first) > 0
+    second = run()
+    assert _sent(stack, second) == 0
+    lines = [json.loads(x) for x in client.get(f"/v1/jobs/{second}/results", headers=acme.headers).get_data(
+        as_text=True).splitlines() if x.strip() and not x.startswith('{"_end"')]  # fmt: skip
+    sentences = [s for line in lines for s in line["report"]["sentences"]]
+    assert sentences and all(s["reused_from"]["request_id"] for s in sentences)
+    csv_text = client.get(f"/v1/jobs/{second}/results?format=csv", headers=acme.headers).get_data(
+        as_text=True
+    )
+    header, *body = list(csv.reader(io.StringIO(csv_text)))
+    at = header.index("reused_from")
+    assert all(row[at] for row in body if row and not row[0].startswith("#"))
