@@ -180,7 +180,7 @@ def test_a_packed_jobs_audit_on_the_job_page(embedded: tuple[Flask, str]) -> Non
     the packing audit — sentences asked again alone, label agreement, |Δp| and agreement by position."""
     app, token = embedded
     resp = app.test_client().post(
-        "/v1/jobs?kind=citations&audit_share=1",
+        "/v1/jobs?kind=citations&audit_share=1&reuse=none",  # not answered from another test's job
         data=EXAMPLE_ANSWERS.read_bytes(),
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
     )

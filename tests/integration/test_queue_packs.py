@@ -317,3 +317,21 @@ def test_a_packed_quote_job_ranks_a_questions_results_in_one_request_with_the_sa
     # one rank request per question that had results to rank
     assert len(rank_calls) == len({ranks[int(c.item_id or 0)].parent_id for c in rank_calls})
     assert any(c.pack_items for c in rank_calls)
+
+
+def test_a_packed_rerun_is_answered_from_the_store_and_audits_nothing(
+    stack: SharedStack, app: Flask, auth: dict[str, str]
+) -> None:
+    """The same answers again for the same tenant (docs/spec.md §10): every pack is answered from the
+    verdict store, so nothing is sent — the packing audit included, which samples only packs sent upstream."""
+    client = app.test_client()
+    first = _submit(client, auth, "citations", EXAMPLES.read_bytes(), "&audit_share=1")
+    assert stack.wait_job(uuid.UUID(first), timeout=180).status == "completed"
+    again = _submit(client, auth, "citations", EXAMPLES.read_bytes(), "&audit_share=1")
+    assert stack.wait_job(uuid.UUID(again), timeout=180).status == "completed"
+    items, calls = _rows(stack, again)
+    assert calls and all(c.reused for c in calls)  # recorded, at no cost, and none sent
+    assert not [i for i in items if i.stage == "audit_sentence"]
+    assert _labels(_results(client, auth, again)) == _labels(_results(client, auth, first))
+    summary = client.get(f"/v1/jobs/{again}", headers=auth).get_json()["summary"]
+    assert summary["packing_audit"] is None

@@ -163,7 +163,7 @@ def _claimed(item_id: int, input_: dict[str, Any], options: dict[str, Any] | Non
         mode="sentence",
         custom_id=f"q1:s{item_id}",
         input=input_,
-        options={"model": MODEL, **(options or {})},
+        options={"model": MODEL, "reuse": "none", **(options or {})},  # no verdict store here
         token=1,
         dedupe_key=None,
         kind="answer",

@@ -162,7 +162,7 @@ def _item(n: int, result: SourceResult) -> ClaimedItem:
         custom_id=f"q:r{result.index}",
         input=ResultInput(question=QUESTION, result=SourceRecord.of(result)).dump(),
         token=1,
-        options={"model": MODEL},
+        options={"model": MODEL, "reuse": "none"},  # no verdict store here
         dedupe_key=None,
         kind="quote",
     )
