@@ -192,7 +192,7 @@ def main() -> None:
             sim_line = procs.log("simulator").strip().splitlines()[-1]
             print(f"packing: {args.answers} answers (bench/_answers.py), simulator {LIMIT:g} req/s "
                   f"({sim_line.partition(' at ')[2]}); 1 worker × {shipped.worker_concurrency} threads + beat")  # fmt: skip
-            packed = citations_run(engine, sessions, rows, {})
+            packed = citations_run(engine, sessions, rows, {"reuse": "none"})
             show("packed (shipped defaults: pack_size 128, audit_share 0.02)", packed)
             audit = packed.summary.get("packing_audit") or {}
             print(f"  its audit: {audit.get('sentences')} sentences asked alone, label agreement "
@@ -200,7 +200,7 @@ def main() -> None:
                   f"warning {audit.get('warning')}")  # fmt: skip
             single = None
             if not args.skip_unpacked:
-                single = citations_run(engine, sessions, rows, {"pack_size": 1})
+                single = citations_run(engine, sessions, rows, {"pack_size": 1, "reuse": "none"})
                 show("unpacked (pack_size 1)", single)
                 both = [k for k in packed.labels if k in single.labels]
                 agree = sum(packed.labels[k] == single.labels[k] for k in both) / max(1, len(both))
@@ -220,7 +220,9 @@ def main() -> None:
                         for i in range(args.claims)
                     ]
                 )
-                opts = parse_claims_options({"mode": "ungrounded", "pack_size": args.claims_pack})
+                opts = parse_claims_options(
+                    {"mode": "ungrounded", "pack_size": args.claims_pack, "reuse": "none"}
+                )
                 units, _ = claim_units(claim_rows, opts)
                 job_id, elapsed = submit(engine, sessions, "claims", units, opts.as_dict())
                 with Session(engine) as s:

@@ -1,7 +1,7 @@
 """Verdict reuse across a tenant's jobs (issue 35): what a re-run costs when nothing, or a tenth, changed.
 
 The stack as the README and Procfile start it — the simulator as its own process at 10 Decisions requests/s
-with 0.3 s latency, gunicorn, one `celery worker` (16 threads) and beat — and one tenant submitting
+with 0.3 s latency, gunicorn, one `celery worker` (the shipped FACTGATE_WORKER_CONCURRENCY threads) and beat — and one tenant submitting
 `citations` jobs over the API on the pinned model `pplx-decider-v1.2` (a `…-latest` alias is never reused):
 
 1. first: N realistic answers (bench/_answers.py: ~5 sentences and 4 sources each, some sources 2–10 kB);
@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._answers import answers, edit_answers, ndjson
 from bench._procs import REDIS_URL, Procs, flush_redis, free_port, fresh_database
+from config import Settings
 from jobs.tenancy import create_token
 from models import ApiCall, Job, make_engine, make_session_factory, session_scope
 
@@ -104,7 +105,8 @@ def bench(n: int) -> list[str]:
             sim = procs.start_simulator(free_port(), "--decisions-rps", str(LIMIT), "--latency", "0.3")
             procs.env["PERPLEXITY_API_BASE"] = sim
             web = procs.start_web(free_port(), workers=1)
-            procs.start_worker(concurrency=16, beat=True)
+            threads = Settings.from_env(procs.env).worker_concurrency
+            procs.start_worker(concurrency=threads, beat=True)
             runs = [
                 _run("first", engine, web, sim, token, rows, ""),
                 _run("same", engine, web, sim, token, rows, ""),
@@ -117,7 +119,7 @@ def bench(n: int) -> list[str]:
     first = runs[0]
     lines = [
         f"verdict reuse: {n:,} citations answers ({first.sentences:,} sentences), model {MODEL}, simulator "
-        f"{LIMIT:g} req/s, latency 0.3 s, web + 1 worker (16 threads) + beat, one tenant",
+        f"{LIMIT:g} req/s, latency 0.3 s, web + 1 worker ({Settings.from_env().worker_concurrency} threads) + beat, one tenant",
         f"  {'run':8} {'status':10} {'requests':>9} {'(sim)':>7} {'reused':>7} {'time s':>8} "
         f"{'requests/first':>15} {'time/first':>11}",
     ]
