@@ -206,7 +206,7 @@ def _verdict(p: object, status: str, smin: float, cmax: float) -> claim_rules.Ve
         return None
     if type(p) is float and 0.0 <= p <= 1.0:
         return "supported" if p >= smin else "contradicted" if p <= cmax else "review"
-    return claim_rules.verdict(p, smin, cmax)  # type: ignore[arg-type]
+    return claim_rules.verdict(cast(float, p), smin, cmax)  # not a float: the rule raises, as it did
 
 
 def _mode_result(

@@ -14,10 +14,11 @@ that append to those headers; with 0 (the default) they are ignored, since any c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery
 from flask import Flask
+from flask.json.provider import DefaultJSONProvider
 from sqlalchemy import Engine
 from sqlalchemy.pool import NullPool
 from werkzeug.middleware.proxy_fix import ProxyFix
@@ -82,7 +83,7 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, celery: Celery | N
             app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops
         )
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    cast(DefaultJSONProvider, app.json).sort_keys = False
     if settings.secret_key:
         app.config["SECRET_KEY"] = settings.secret_key
     app.extensions[EXTENSION] = WebResources(

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from flask import request
 from werkzeug.exceptions import RequestTimeout
@@ -290,11 +290,11 @@ class PacedBodies:
         if sock is not None:
             sock.settimeout(self.send_timeout_s)
         if not _has_body(environ) or "wsgi.input" not in environ:
-            return self.app(environ, start_response)  # type: ignore[no-any-return]
+            return cast("Iterable[bytes]", self.app(environ, start_response))
         paced = PacedInput(environ["wsgi.input"], self.pace, sock)
         environ["wsgi.input"] = paced
         try:
-            return self.app(environ, start_response)  # type: ignore[no-any-return]
+            return cast("Iterable[bytes]", self.app(environ, start_response))
         finally:
             # The body is read (or never will be) once the app has answered: a streamed response reads none.
             paced.close()

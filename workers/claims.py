@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from checks import claims as claim_rules
 from checks.packing import pack_claims, split_count
@@ -64,7 +64,7 @@ def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome
     """
     opts = item.options
     model = model_of(item)
-    body = claim_rules.request_body(item.input["claim"], model=model, mode=item.mode)  # type: ignore[arg-type]
+    body = claim_rules.request_body(item.input["claim"], model=model, mode=cast(claim_rules.Mode, item.mode))
     try:
         decision: Decision = calls.decide(body, model)
     except StepError as exc:
