@@ -156,11 +156,9 @@ def create_job_view() -> Response:
     session = db_session()
     key = check_idempotency_key(request.headers.get("Idempotency-Key"))
     body_format = _body_format()
-    if body_format == "json":
-        if request.args:
-            _reject_unknown_params(())
-    else:
-        _reject_repeated_or_empty_params()
+    # A JSON submission names kind and options in its body and takes no query parameter; a dataset
+    # document (a bare array of rows, `{"test_cases": [...]}`) takes them as NDJSON does (web/intake.py).
+    _reject_repeated_or_empty_params()
     try:
         submission = submit_stream(
             session,

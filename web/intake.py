@@ -533,4 +533,36 @@ def _prepare_whole(
         refusal.message += JSON_TOO_LARGE_HINT
         raise refusal
     document = read_json_body(json_limit, loads=loads_strict, stream=body, hint=JSON_TOO_LARGE_HINT)
+    rows = _dataset_rows(document)
+    if rows is not None:
+        return _prepare_dataset(rows, args, settings)
+    if args:
+        unknown = sorted(args)[0]
+        raise invalid(f"unknown query parameter {unknown!r} (allowed: none)", field=unknown)
     return prepare_json(document, settings)
+
+
+# Keys under which a dataset file keeps its rows (DeepEval's exports: `test_cases`, `goldens`; `samples`):
+# a document of one of these, or a bare array, is the rows themselves, as an NDJSON body's lines are.
+DATASET_KEYS = ("test_cases", "goldens", "samples")
+
+
+def _dataset_rows(document: object) -> list[object] | None:
+    """The rows of a JSON document that is a dataset as its tool wrote it, not a factgate submission: a
+    JSON array, or an object with none of our fields holding one list under a DATASET_KEYS name."""
+    if isinstance(document, list):
+        return document
+    if isinstance(document, dict) and not set(document) & set(JSON_BODY_FIELDS):
+        lists = [k for k in DATASET_KEYS if isinstance(document.get(k), list)]
+        if len(lists) == 1:
+            found = document[lists[0]]
+            return list(found)
+    return None
+
+
+def _prepare_dataset(rows: list[object], args: Mapping[str, str], settings: Settings) -> PreparedJob:
+    """A dataset document: kind, options and metadata from the query parameters (as for NDJSON), its rows
+    validated as a JSON submission's `items` (errors name `items[i].field`)."""
+    kind, intake, options, metadata = ndjson_submission(args)
+    prepared = intake.from_items(options, rows, settings)
+    return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)

@@ -492,7 +492,9 @@ def test_not_json_error_names_the_line(web: WebEnv, caller: Caller) -> None:
 @pytest.mark.parametrize(
     ("payload", "field", "needle"),
     [
-        ([{"kind": "claims"}], None, "must be a JSON object"),
+        # A bare array is a dataset's rows (kind and options in the query): without `?kind=` it is named.
+        ([{"kind": "claims"}], "kind", "kind is required"),
+        ("not rows", None, "must be a JSON object"),
         ({"kind": "claims", "items": ROWS, "extra": 1}, "extra", "unknown field"),
         ({"kind": "claims"}, "items", "items is required"),
         ({"kind": "claims", "items": {"id": "a"}}, "items", "must be a JSON array"),
@@ -835,3 +837,25 @@ def test_ndjson_lines_are_rebuilt_exactly_across_chunks() -> None:
     for chunk in (1, 2, 3, 5, 64):
         got = list(iter_body_lines(io.BytesIO(body), 1_000, chunk_bytes=chunk))
         assert got == [(1, b"a" * 10), (2, b""), (3, b"b" * 7), (4, b"tail-without-newline")], chunk
+
+
+def test_dataset_files_are_accepted_as_their_tools_write_them(web: WebEnv, caller: Caller) -> None:
+    """A DeepEval dataset file (`{"test_cases": [...]}`) and a bare JSON array of RAGAS samples, POSTed as
+    they are with the kind and options in the query: their rows are read as a submission's items, and a bad
+    row is named as an item of the file."""
+    root = CLAIMS_FILE.parents[2] / "examples"
+    deepeval = (root / "deepeval.json").read_bytes()
+    ragas = [json.loads(line) for line in (root / "ragas.jsonl").read_text().splitlines() if line.strip()]
+    headers = {**caller.headers, "Content-Type": "application/json"}
+    for body, name in ((deepeval, "DeepEval"), (json.dumps(ragas).encode(), "RAGAS")):
+        resp = web.client.post("/v1/jobs?kind=citations&misattribution=false", data=body, headers=headers)
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job = resp.get_json()
+        assert job["kind"] == "citations" and job["options"]["misattribution"] is False
+        assert any(name in w for w in job["warnings"]), job["warnings"]
+        assert job["request_counts"]["total"] == len(ragas)
+    bad = [dict(ragas[0]), {**ragas[1], "retrieved_contexts": "not a list"}]
+    resp = web.client.post("/v1/jobs?kind=citations", data=json.dumps(bad), headers=headers)
+    assert resp.status_code == 400
+    error = resp.get_json()["error"]
+    assert "items[1]" in error["message"] and "retrieved_contexts" in error["message"], error
