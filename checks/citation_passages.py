@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Final
 
 from checks.answer_requests import (
@@ -91,12 +92,19 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text))
 
 
+@lru_cache(maxsize=256)
+def _chunks(text: str) -> tuple[tuple[int, str, frozenset[str]], ...]:
+    """A source's chunks as (1-based chunk number, text, words). Every sentence of an answer ranks the
+    same sources, so an answer of n sentences would split and tokenise each source n times; kept for the
+    last few sources (a pure function of the text)."""
+    return tuple((n, text[a:b], _words(text[a:b])) for n, (a, b) in enumerate(chunk_spans(text), 1))
+
+
 def _ranked(claim_words: frozenset[str], source: CitationSource) -> list[tuple[int, str]]:
     """The source's chunks as (1-based chunk number, text), most words shared with the claim first
     (earlier chunks first on ties)."""
-    spans = chunk_spans(source.text)
-    chunks = [(n, source.text[a:b]) for n, (a, b) in enumerate(spans, 1)]
-    return sorted(chunks, key=lambda c: (-len(claim_words & _words(c[1])), c[0]))
+    ranked = sorted(_chunks(source.text), key=lambda c: (-len(claim_words & c[2]), c[0]))
+    return [(n, chunk) for n, chunk, _ in ranked]
 
 
 def _round_robin(

@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -37,9 +37,11 @@ from checks.questions import QuestionRow
 from checks.recipes import RowLimits, recipe_for
 from jobs import bulk_load
 from jobs.intake import UnitSpec
+from jobs.items import record_calls, usage_of_rows
 from jobs.keyset import page_rows
 from jobs.kinds import KINDS, JobKind, Staged, StageMachine, StreamLoad, Units
-from jobs.packs import assign_packs
+from jobs.packs import assign_packs, shares
+from jobs.records import CallRow, ClaimedItem
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
 
@@ -166,9 +168,81 @@ def _counts(statuses: Sequence[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]) -> list[int]:
+@dataclass(frozen=True)
+class Answered:
+    """What the tenant's verdict store answered for a new pack (or lone item) before it was ever sent: each
+    member's output, in order, and the call rows that stand for the request (one `reused` row)."""
+
+    outputs: list[dict[str, Any]]
+    calls: list[CallRow]
+
+
+class StoreAnswers(Protocol):
+    """Answers a group of new items from the verdict store, or None when the store cannot answer all of
+    them (the group is then dispatched as usual); it reads the store in the caller's transaction. Given by
+    the worker layer, which runs the stage's
+    handler against the store alone (workers/reuse.py:store_answers)."""
+
+    def __call__(self, session: Session, group: Sequence[ClaimedItem]) -> Answered | None: ...
+
+
+def _groups(units: Sequence[UnitSpec]) -> list[list[int]]:
+    """Unit indexes by request: a pack's units together, every other unit alone; in unit order."""
+    groups: dict[object, list[int]] = {}
+    for n, unit in enumerate(units):
+        groups.setdefault(("pack", unit.pack) if unit.pack is not None else n, []).append(n)
+    return list(groups.values())
+
+
+def _claimed(job: Job, item: Item) -> ClaimedItem:
+    """A new item as its first claim would hold it (attempt 1)."""
+    return ClaimedItem(
+        id=item.id,
+        job_id=item.job_id,
+        tenant_id=job.tenant_id,
+        stage=item.stage,
+        mode=item.mode,
+        custom_id=item.custom_id,
+        input=dict(item.input),
+        token=1,
+        options=dict(job.options or {}),
+        dedupe_key=item.dedupe_key,
+        kind=job.kind,
+    )
+
+
+def _settle_answered(session: Session, job: Job, items: Sequence[Item], answered: Answered) -> None:
+    """Store a group answered from the verdict store as a first try that sent nothing: its call row once,
+    on the head, naming every member; each member done with its output and its share (as jobs/packs.py
+    settles a pack that was sent)."""
+    claimed = [_claimed(job, i) for i in items]
+    packed = len(items) > 1
+    record_calls(session, claimed[0], answered.calls, pack_items=[i.id for i in items] if packed else None)
+    parts = shares(usage_of_rows(answered.calls), len(items))
+    now = utcnow()
+    for position, (item, output, usage) in enumerate(zip(items, answered.outputs, parts, strict=True)):
+        out = dict(output)
+        if packed:
+            out["pack"] = {"head": items[0].id, "size": len(items), "position": position}
+        item.output = {**out, "usage": usage.as_dict()}
+        item.status = "done"
+        item.attempts = 1
+        item.finished_at = now
+
+
+def _spawn(
+    session: Session,
+    job: Job,
+    question: Item,
+    units: Sequence[UnitSpec],
+    answer_now: StoreAnswers | None = None,
+) -> tuple[list[Item], bool]:
     """Create the next stage's children, pending and undispatched: the scheduler sends them in its fair
-    order, like any other work of the job. Their endpoint is their stage's, from the recipe."""
+    order, like any other work of the job. Their endpoint is their stage's, from the recipe.
+
+    With `answer_now`, a group the tenant's verdict store answers whole is settled here, in the same
+    transaction, instead of being dispatched: a re-run of unchanged rows moves each question to its report
+    without a task per request. Returns the new items and whether every new child was so answered."""
     recipe = recipe_for(job.kind)
     items = [
         Item(
@@ -188,12 +262,20 @@ def _spawn(session: Session, job: Job, question: Item, units: Sequence[UnitSpec]
     ]
     session.add_all(items)
     session.flush()
-    groups: dict[int, list[int]] = {}
-    for unit, item in zip(units, items, strict=True):
-        if unit.pack is not None:
-            groups.setdefault(unit.pack, []).append(item.id)
-    assign_packs(session, list(groups.values()))
-    return [i.id for i in items]
+    groups = [[items[n] for n in group] for group in _groups(units)]
+    assign_packs(session, [[i.id for i in group] for group in groups])
+    settled = 0
+    if answer_now is not None:
+        for group in groups:
+            if any(i.dedupe_key is not None for i in group):
+                continue  # a repeat's leader settles it (jobs/items.py); keep that one path
+            answered = answer_now(session, [_claimed(job, i) for i in group])
+            if answered is not None and len(answered.outputs) == len(group):
+                _settle_answered(session, job, group, answered)
+                settled += len(group)
+        if settled:
+            session.flush()
+    return items, settled == len(items)
 
 
 class ErrorReport(StageRecord):
@@ -238,8 +320,10 @@ def stored_report(
     return report.model_copy(update={"usage": usage}).dump()
 
 
-def advance_question(session: Session, question_id: int) -> Step:
-    """Move one question on if everything it waits for is settled (see the module docstring)."""
+def advance_question(session: Session, question_id: int, answer_now: StoreAnswers | None = None) -> Step:
+    """Move one question on if everything it waits for is settled (see the module docstring). With
+    `answer_now`, children the verdict store answers whole are settled as they are created (`_spawn`), and
+    the question moves on again at once when that settled them all."""
     question = session.scalar(
         select(Item).where(Item.id == question_id).with_for_update().execution_options(populate_existing=True)
     )
@@ -259,19 +343,26 @@ def advance_question(session: Session, question_id: int) -> Step:
             .execution_options(populate_existing=True)
         )
     )
-    if any(c.status not in ITEM_TERMINAL_STATUSES for c in children):
-        return Step(job.id, question_id)
-    marker = _counts([c.status for c in children])
-    out = dict(question.output or {})
-    if "report" in out and out.get("children") == marker:
-        return Step(job.id, question_id)  # already current
-    try:
-        units = flow.plan(job, question, children)
-    except Exception:
-        log.exception("planning question %s of job %s failed", question.id, job.id)
-        units = []
-    if units and job.status in SPAWNING_JOB_STATUSES:
-        return Step(job.id, question_id, spawned=_spawn(session, job, question, units))
+    spawned: list[int] = []
+    while True:
+        if any(c.status not in ITEM_TERMINAL_STATUSES for c in children):
+            return Step(job.id, question_id, spawned=spawned)
+        marker = _counts([c.status for c in children])
+        out = dict(question.output or {})
+        if "report" in out and out.get("children") == marker:
+            return Step(job.id, question_id, spawned=spawned)  # already current
+        try:
+            units = flow.plan(job, question, children)
+        except Exception:
+            log.exception("planning question %s of job %s failed", question.id, job.id)
+            units = []
+        if not units or job.status not in SPAWNING_JOB_STATUSES:
+            break
+        new, all_answered = _spawn(session, job, question, units, answer_now)
+        spawned += [i.id for i in new]
+        if not all_answered:
+            return Step(job.id, question_id, spawned=spawned)
+        children += new  # all settled already: plan the next stage, or the report, from them
     # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
     stopped = job.status == JobStatus.CANCELLING and any(c.status == "skipped" for c in children)
     stored = stored_report(flow, job, question, children, incomplete=bool(units) or stopped)
@@ -279,7 +370,7 @@ def advance_question(session: Session, question_id: int) -> Step:
         report=stored, report_status=stored.get("status"), summary=stored.get("summary"), children=marker
     )
     session.execute(update(Item).where(Item.id == question.id).values(output=out))
-    return Step(job.id, question_id, reported=True)
+    return Step(job.id, question_id, spawned=spawned, reported=True)
 
 
 # --- which questions wait, and is the job ready -------------------------------------------------------

@@ -45,6 +45,7 @@ from workers.leadership import refuse_stale_dispatch
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
 from workers.packs import packs_of, run_pack, take_members
 from workers.steps import INFRA_RETRY_S, behind_prologue
+from workers.store_answers import store_answers
 from workers.webhooks import send_soon
 
 log = logging.getLogger("factgate.workers")
@@ -79,12 +80,12 @@ def _follow(ctx: WorkerContext, step: Step) -> None:
         finalize_job(ctx, step.job_id)
 
 
-def _advance_nested(session: Session, question_id: int) -> Step | None:
+def _advance_nested(ctx: WorkerContext, session: Session, question_id: int) -> Step | None:
     """Advance inside the settling transaction, in a savepoint: a failure here must not lose the item's
     result; the sweeper advances the question later."""
     try:
         with session.begin_nested():
-            return advance_question(session, question_id)
+            return advance_question(session, question_id, store_answers(ctx))
     except SQLAlchemyError:
         log.exception("advancing question %s failed; the sweeper will retry", question_id)
         return None
@@ -95,7 +96,7 @@ def advance(ctx: WorkerContext, question_id: int) -> Step | None:
     database, which is raised: the task around this retries (or the sweep tries again) as a whole."""
     try:
         with session_scope(ctx.sessions) as session:
-            return advance_question(session, question_id)
+            return advance_question(session, question_id, store_answers(ctx))
     except SQLAlchemyError as exc:
         if is_infrastructure_fault(exc):
             raise
@@ -126,7 +127,7 @@ def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
     )
 
 
-def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:
+def _apply(ctx: WorkerContext, session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:
     """Store an outcome in the caller's transaction; the question moves on with it when it settles."""
     settled = False
     if isinstance(outcome, Done):
@@ -141,7 +142,7 @@ def _apply(session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None
         wait = outcome.retry_in_s if outcome.retry_in_s is not None else ITEM_BACKOFF.wait_s(item.token - 1)
         release_item(session, item, outcome.error, outcome.calls, retry_at=utcnow() + timedelta(seconds=wait))
     if settled and advances_on_settle(item.stage):
-        return _advance_nested(session, item.id)
+        return _advance_nested(ctx, session, item.id)
     return None
 
 
@@ -179,7 +180,7 @@ def settle(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> Step | No
                         _apply_at_once(conn, item, outcome)
                     return None
                 with session_scope(ctx.sessions) as session:
-                    return _apply(session, item, outcome)
+                    return _apply(ctx, session, item, outcome)
     except Exception as exc:
         if is_infrastructure_fault(exc):
             log.error(

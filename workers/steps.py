@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sqlalchemy.orm import Session
+
 from checks import pricing
 from checks import reuse as reuse_rules
 from checks.answers import AGENT_PRESET
@@ -75,6 +77,11 @@ def budget_skip(ctx: WorkerContext, item: ClaimedItem) -> Skipped | None:
     return None
 
 
+class NotInStoreError(Exception):
+    """A try that may only be answered from the verdict store (`Calls.store_only`) needs a request the store
+    does not answer; nothing was sent."""
+
+
 class StepError(Exception):
     """One upstream call of a handler failed; `retryable` says whether trying the item later may help."""
 
@@ -99,6 +106,12 @@ class Calls:
     rows: list[CallRow] = field(default_factory=list)
     # Decisions requests of this try answered from the tenant's verdict store, in order.
     reused: list[ReusedFrom] = field(default_factory=list)
+    # Answer from the store or not at all (NotInStoreError): a new item settled as it is created
+    # (workers/store_answers.py) must never reach the upstream outside the dispatcher's order.
+    store_only: bool = False
+    # Where the store is read: the caller's transaction when it holds one (a thread must not wait for a
+    # second pooled connection while it holds one), else a connection of its own.
+    store: Session | None = None
 
     def add(self, record: CallRecord, model: str | None = None) -> None:
         rows = priced_rows(record, model)
@@ -119,6 +132,8 @@ class Calls:
         An infrastructure fault (e.g. the limiter's Redis unreachable) propagates as itself, after the rows
         of any attempts already sent are kept: the task gives the try back.
         """
+        if self.store_only:
+            raise NotInStoreError
         try:
             result = call()
         except CallInterrupted as exc:
@@ -161,10 +176,14 @@ class Calls:
         policy = reuse_rules.policy_for(self.item.options, body) if reuse else reuse_rules.NEVER
         key = reuse_rules.request_key("decisions", self.client.base_url, body) if policy.write else b""
         if policy.read:
-            with autocommit_scope(self.ctx.engine) as conn:
+            retention = Retention.of(self.ctx.settings)
+            if self.store is not None:
                 stored = find_verdict(
-                    conn, self.item.tenant_id, key, policy=policy, retention=Retention.of(self.ctx.settings)
+                    self.store, self.item.tenant_id, key, policy=policy, retention=retention
                 )
+            else:
+                with autocommit_scope(self.ctx.engine) as conn:
+                    stored = find_verdict(conn, self.item.tenant_id, key, policy=policy, retention=retention)
             if stored is not None:
                 answer = stored_decision(stored, grounded=reuse_rules.is_grounded(body))
                 self.rows.append(
@@ -180,6 +199,8 @@ class Calls:
                 )
                 self.reused.append(ReusedFrom(stored.request_id, stored.answered_at))
                 return answer
+        if self.store_only:
+            raise NotInStoreError
         decision: Decision = self.run(lambda: self.client.decide(body, partial=partial), model)
         if policy.write and (not partial or len(decision.answers) == len(_questions(body))):
             self._keep(key, body, decision)

@@ -304,3 +304,58 @@ def test_a_citations_rerun_says_reused_from_in_its_lines_csv_and_report(
     header, *body = list(csv.reader(io.StringIO(csv_text)))
     at = header.index("reused_from")
     assert all(row[at] for row in body if row and not row[0].startswith("#"))
+
+
+def test_a_citations_rerun_settles_its_sentences_as_they_are_created_never_dispatching_them(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    """The store answers a re-run's packs when their answer is planned (jobs/stages.py:_spawn): no sentence
+    is dispatched, each is done with its pack place and a zero-cost share, and the one `reused` call row
+    per pack, on its head, names every member, as a pack sent upstream would."""
+    acme = Tenant(stack, client)
+    rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()][:3]
+
+    def run() -> uuid.UUID:
+        resp = client.post(
+            "/v1/jobs",
+            json={"kind": "citations", "options": {"model": PINNED}, "items": rows},
+            headers=acme.headers,
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job_id = uuid.UUID(resp.get_json()["id"])
+        assert stack.wait_job(job_id).status == "completed"
+        return job_id
+
+    first = run()
+    second = run()
+    assert _sent(stack, second) == 0
+    with Session(stack.engine) as s:
+        sentences = list(
+            s.scalars(
+                select(Item).where(Item.job_id == second, Item.parent_id.is_not(None)).order_by(Item.id)
+            )
+        )
+        calls = list(s.scalars(select(ApiCall).where(ApiCall.job_id == second)))
+        first_sentences = int(
+            s.scalar(
+                select(func.count()).where(
+                    Item.job_id == first, Item.parent_id.is_not(None), Item.stage == "cited_sentence"
+                )
+            )
+            or 0
+        )
+    assert len(sentences) == first_sentences > len(rows)  # no audit: nothing of this job went upstream
+    assert all(i.status == "done" and i.enqueued_at is None and i.attempts == 1 for i in sentences)
+    assert all(i.output and i.output["reused_from"]["request_id"] for i in sentences)
+    assert all(i.output and i.output["usage"]["cost_usd"] == 0 for i in sentences)
+    heads = {i.output["pack"]["head"] for i in sentences if i.output}
+    assert len(calls) == len(heads) and all(c.reused for c in calls)
+    by_head = {c.item_id: sorted(c.pack_items or []) for c in calls}
+    for head in heads:
+        members = sorted(i.id for i in sentences if i.output and i.output["pack"]["head"] == head)
+        assert by_head[head] == members
+        assert [i.output["pack"]["position"] for i in sentences if i.id in members and i.output] == list(
+            range(len(members))
+        )
+    reports = [o["report"] for o in _outputs(stack, second) if "report" in o]
+    assert len(reports) == len(rows) and all(r["status"] != "failed" for r in reports)
