@@ -40,7 +40,7 @@ from checks.answer_contracts import (
     SentenceVerdict,
 )
 from checks.citation_contracts import SentenceScore
-from checks.contracts import IncompleteStep, QuestionInput
+from checks.contracts import IncompleteStep, QuestionInput, given_reused_from
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.packing import AUDIT_STAGE, DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
@@ -667,8 +667,13 @@ def _evidence(
                 error=inv.item.error if inv.item.status != "done" else None,
             )
         outcome = review.outcome if review is not None else None
-        rows.append(row.model_copy(update={"outcome": outcome, "investigation": view}))
+        rows.append(
+            row.model_copy(
+                update={"outcome": outcome, "investigation": view, **given_reused_from(s.verdict.reused_from)}
+            )
+        )
         replaced = review is not None and review.outcome == gate.REPLACED
+        reused = inv.output.reused() if inv is not None else {}
         for rewrite in rewrites.get(s.number, []):
             sub = _evidence_row(
                 rewrite,
@@ -680,5 +685,7 @@ def _evidence(
                 number=s.number,
                 rewrite_number=rewrite.number,
             )
-            rows.append(sub.model_copy(update={"used": replaced and sub.label == "supported"}))
+            used = replaced and sub.label == "supported"
+            origin = reused.get(rewrite.request_id or "")
+            rows.append(sub.model_copy(update={"used": used, **given_reused_from(origin)}))
     return rows
