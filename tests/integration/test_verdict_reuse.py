@@ -447,4 +447,6 @@ def test_a_packed_quote_rerun_sends_no_decisions_request_and_says_reused_from(
         }
     assert all(row["reused_from"] for row in acme.csv(second))
     assert acme.job(second)["usage"]["reused"] == len(reused)
-    assert "reused from an earlier job" in acme.page(f"/jobs/{second}")
+    page = acme.page(f"/jobs/{second}")
+    assert "reused from an earlier job" in page
+    assert f"{len(reused)} answered from earlier jobs (reused, $0)" in page
