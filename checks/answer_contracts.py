@@ -257,8 +257,7 @@ class EvidenceRow(StageRecord):
     outcome: str | None = None
     investigation: InvestigationView | None = None
     used: bool = False
-    # Answered from the verdict store (docs/spec.md §10); given only then.
-    reused_from: ReusedFrom | None = None
+    reused_from: ReusedFrom | None = None  # given only when answered from the verdict store (spec §10)
 
 
 class AnswerReportSummary(StageRecord):
