@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from checks.answer_labels import Label
-from checks.contracts import IncompleteStep, StageRecord, Usage
+from checks.contracts import IncompleteStep, ReusedFrom, StageRecord, Usage
 from checks.packing_audit import AuditPart
 
 __all__ = [
@@ -123,9 +123,11 @@ class SentenceScores(StageRecord):
 
 
 class SentenceVerdict(SentenceScores):
-    """The output of a `sentence` item: its scores and label, or (failed) its request ids and `error`."""
+    """The output of a `sentence` item: its scores and label, or (failed) its request ids and `error`;
+    `reused_from` when its request was answered from the tenant's verdict store (docs/spec.md §10)."""
 
     error: str | None = None
+    reused_from: ReusedFrom | None = None
 
 
 class RewritePack(StageRecord):
@@ -167,6 +169,14 @@ class InvestigationOutput(StageRecord):
     request_id: str | None = None
     request_ids: list[str] = Field(default_factory=list)
     error: str | None = None
+    # Its Decisions requests answered from the verdict store (docs/spec.md §10): one entry, or a list when
+    # several were; a rewrite sentence's is the entry whose request id is its own.
+    reused_from: ReusedFrom | list[ReusedFrom] | None = None
+
+    def reused(self) -> dict[str, ReusedFrom]:
+        """The entries by their original request id."""
+        found = self.reused_from if isinstance(self.reused_from, list) else [self.reused_from]
+        return {r.request_id: r for r in found if r is not None and r.request_id}
 
 
 # --- the report (docs/spec.md §6) ----------------------------------------------------------------------
@@ -247,6 +257,7 @@ class EvidenceRow(StageRecord):
     outcome: str | None = None
     investigation: InvestigationView | None = None
     used: bool = False
+    reused_from: ReusedFrom | None = None  # given only when answered from the verdict store (spec §10)
 
 
 class AnswerReportSummary(StageRecord):

@@ -9,12 +9,12 @@ read their attributes, and web/openapi.py publishes their schemas. Stored JSON i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from checks.answer_labels import Label
-from checks.contracts import Contract, ItemStatusName, ReportHead, StoredContract, Usage
+from checks.contracts import Contract, ItemStatusName, ReportHead, ReusedFrom, StoredContract, Usage
 from checks.packing_audit import PackingAudit
 
 __all__ = [
@@ -121,7 +121,7 @@ class SentenceScore(Contract):
     model: str | None = None
     # Answered from the tenant's verdict store (docs/spec.md, "Verdict reuse"): the original request's id and
     # time. Absent when the request was sent.
-    reused_from: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
+    reused_from: ReusedFrom | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class PassageScore(Contract):
@@ -185,7 +185,7 @@ class CitationSentence(Contract):
     request_ids: list[str] = Field(default_factory=list)
     input_tokens: int | None = None
     review: CitationReview | None = None
-    reused_from: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
+    reused_from: ReusedFrom | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class CitationMetrics(Contract):

@@ -14,7 +14,7 @@ fields added later get defaults, so older rows still load.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Self, cast
 
 from pydantic import (
@@ -158,6 +158,32 @@ class IncompleteStep(StageRecord):
     error: str | None = None
     request_ids: list[str] = Field(default_factory=list)
     message: str = ""
+
+
+class ReusedFrom(Contract):
+    """Which earlier request answered a reused one (docs/spec.md §10): the original `x-request-id` and when it
+    was answered (ISO 8601, as the worker wrote it: kept as text so the stored JSON reads back unchanged)."""
+
+    request_id: str | None = None
+    answered_at: str | None = None
+
+
+def reused_in(rows: Iterable[object]) -> list[ReusedFrom]:
+    """Every distinct `reused_from` of a stored report's rows (JSON objects), in order, each original
+    request once: a packed request answered several rows."""
+    found: dict[str | None, ReusedFrom] = {}
+    for row in rows:
+        origin = row.get("reused_from") if isinstance(row, Mapping) else None
+        if isinstance(origin, Mapping):
+            entry = ReusedFrom.read(origin)
+            found.setdefault(entry.request_id, entry)
+    return list(found.values())
+
+
+def given_reused_from(origin: ReusedFrom | None) -> dict[str, ReusedFrom]:
+    """A stage record's `reused_from` as a field to give: only when its request was answered from the store,
+    so the records of requests sent are stored as they always were (`StageRecord` dumps the fields given)."""
+    return {"reused_from": origin} if origin is not None else {}
 
 
 class Cutoffs(Contract):

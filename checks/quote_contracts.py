@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, JsonValue
 
 from checks import quotes
-from checks.contracts import IncompleteStep, StageRecord, Usage
+from checks.contracts import IncompleteStep, ReusedFrom, StageRecord, Usage
 
 __all__ = [
     "CandidateRecord",
@@ -181,6 +181,8 @@ class _DecisionFacts(StageRecord):
     output_tokens: int | None = None
     model: str | None = None
     answers: RawAnswers = Field(default_factory=dict)
+    # Answered from the tenant's verdict store (docs/spec.md §10): the original request; absent when sent.
+    reused_from: ReusedFrom | None = None
 
 
 class RankOutput(_DecisionFacts):
@@ -260,6 +262,7 @@ class ResultRow(StageRecord):
     input_tokens: int | None
     error: str | None
     compared: bool
+    reused_from: ReusedFrom | None = None  # given only when its rank request was answered from the store
 
 
 class CompareRow(StageRecord):
@@ -280,6 +283,7 @@ class CompareTable(StageRecord):
     input_tokens: int | None
     error: str | None
     candidates: list[CompareRow]
+    reused_from: ReusedFrom | None = None  # given only when the compare request was answered from the store
 
 
 class QuoteRunTotals(StageRecord):

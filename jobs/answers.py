@@ -40,7 +40,7 @@ from checks.answer_contracts import (
     SentenceVerdict,
 )
 from checks.citation_contracts import SentenceScore
-from checks.contracts import IncompleteStep, QuestionInput
+from checks.contracts import IncompleteStep, QuestionInput, given_reused_from
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.packing import AUDIT_STAGE, DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
@@ -91,15 +91,14 @@ def _question_output(question: Item) -> AnswerQuestionOutput:
 # --- what comes next -----------------------------------------------------------------------------------
 
 
-def sentence_units(question: Item, pack_size: int = 1, audit_share: float = 0.0) -> list[UnitSpec]:
+def sentence_units(question: Item, pack_size: int = 1) -> list[UnitSpec]:
     """One `sentence` item per sentence of the answer: the claim and its passages exactly as sent; with
     `pack_size` above 1 grouped into packs as citations' sentences are (docs/spec.md §9): one request asks
-    about several sentences, each still an item of its own. An audited question (`audit_share`,
-    checks/packing_audit.py:audited) asks each packed sentence once more on its own (§9.6)."""
+    about several sentences, each still an item of its own."""
     specs = _question_output(question).sentences
     groups = group_sentences([answer_plan(s.number, s.claim, s.passages) for s in specs], pack_size)
     pack_of = {index: number for number, group in enumerate(groups) if len(group) > 1 for index in group}
-    units = [
+    return [
         UnitSpec(
             stage=SENTENCE,
             custom_id=f"{question.custom_id}:s{spec.number}",
@@ -119,16 +118,27 @@ def sentence_units(question: Item, pack_size: int = 1, audit_share: float = 0.0)
         )
         for index, spec in enumerate(specs)
     ]
-    if not pack_of or not audited(question.position, audit_share):
-        return units
-    return units + [
+
+
+def audit_units(question: Item, children: Iterable[Item], audit_share: float) -> list[UnitSpec]:
+    """For an audited question (`audit_share`, checks/packing_audit.py:audited; docs/spec.md §9.6), each
+    packed sentence once more on its own — planned once its packs have answered, and only for packs sent
+    upstream: a pack answered from the verdict store (§10) is not audited again, so a question answered
+    wholly from the store sends nothing, and an edited re-run audits only its new packs."""
+    if not audited(question.position, audit_share):
+        return []
+    return [
         UnitSpec(
             stage=AUDIT,
-            custom_id=f"{question.custom_id}:a{specs[index].number}",
+            custom_id=f"{question.custom_id}:a{s.number}",
             mode="audit",
-            input=units[index].input,
+            input=s.item.input,
         )
-        for index in sorted(pack_of)
+        for s in _sentences(children)
+        if s.item.status == "done"
+        and (place := PackPlace.of(s.item.output)) is not None
+        and place.size > 1
+        and s.verdict.reused_from is None
     ]
 
 
@@ -163,16 +173,20 @@ def plan(job: Job, question: Item, children: Sequence[Item]) -> list[UnitSpec]:
     if question.status != "done":
         return []
     sentences = _sentences(children)
+    options = job.options or {}
     if not sentences:
-        options = job.options or {}
+        return sentence_units(question, int(options.get("pack_size") or 1))
+    units: list[UnitSpec] = []
+    if not any(c.stage == AUDIT for c in children):
         share = options.get("audit_share")
-        return sentence_units(
-            question,
-            int(options.get("pack_size") or 1),
-            DEFAULT_AUDIT_SHARE if share is None else float(share),
-        )
-    if _investigations(children):
-        return []
+        units += audit_units(question, children, DEFAULT_AUDIT_SHARE if share is None else float(share))
+    if not _investigations(children):
+        units += _investigation_units(question, sentences)
+    return units
+
+
+def _investigation_units(question: Item, sentences: Sequence[_Sentence]) -> list[UnitSpec]:
+    """The first flagged sentences' investigations, once every sentence was scored."""
     if not gate.review_may_start([s.label for s in sentences]):
         return []
     scored = _scored(sentences)
@@ -667,8 +681,13 @@ def _evidence(
                 error=inv.item.error if inv.item.status != "done" else None,
             )
         outcome = review.outcome if review is not None else None
-        rows.append(row.model_copy(update={"outcome": outcome, "investigation": view}))
+        rows.append(
+            row.model_copy(
+                update={"outcome": outcome, "investigation": view, **given_reused_from(s.verdict.reused_from)}
+            )
+        )
         replaced = review is not None and review.outcome == gate.REPLACED
+        reused = inv.output.reused() if inv is not None else {}
         for rewrite in rewrites.get(s.number, []):
             sub = _evidence_row(
                 rewrite,
@@ -680,5 +699,7 @@ def _evidence(
                 number=s.number,
                 rewrite_number=rewrite.number,
             )
-            rows.append(sub.model_copy(update={"used": replaced and sub.label == "supported"}))
+            used = replaced and sub.label == "supported"
+            origin = reused.get(rewrite.request_id or "")
+            rows.append(sub.model_copy(update={"used": used, **given_reused_from(origin)}))
     return rows

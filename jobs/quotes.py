@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checks import quotes
-from checks.contracts import IncompleteStep, QuestionInput
+from checks.contracts import IncompleteStep, QuestionInput, given_reused_from
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
 from checks.packing import PackPlace
 from checks.quote_contracts import (
@@ -431,6 +431,7 @@ def _result_rows(
                 input_tokens=o.input_tokens,
                 error=failures.get(result.index),
                 compared=result.index in compared,
+                **given_reused_from(o.reused_from),
             )
         )
     return rows
@@ -464,4 +465,5 @@ def _compare_table(compare: _Compare | None, outcome: quotes.QuoteOutcome | None
         input_tokens=o.input_tokens,
         error=None if compare.item.status == "done" else (compare.item.error or o.error),
         candidates=candidates,
+        **given_reused_from(o.reused_from),
     )

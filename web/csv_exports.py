@@ -20,6 +20,7 @@ from typing import Any
 
 from checks.kinds import answer as answer_kind
 from checks.kinds import quote as quote_kind
+from checks.kinds._questions import QuestionLine
 from checks.kinds.answer import AnswerResult
 from checks.kinds.quote import QuoteResult
 from web.csv_safety import SafeCsv
@@ -71,6 +72,11 @@ def _steps(steps: Sequence[Mapping[str, object]]) -> str:
     return "; ".join(str(step.get("message") or step.get("step")) for step in steps)
 
 
+def _reused(line: QuestionLine) -> str:
+    """The original request ids of the question's requests answered from the verdict store."""
+    return " ".join(r.request_id or "" for r in line.reused_from)
+
+
 def _answer_row(line: AnswerResult) -> Sequence[object]:
     return (
         line.custom_id,
@@ -82,6 +88,7 @@ def _answer_row(line: AnswerResult) -> Sequence[object]:
         _steps(line.incomplete_steps),
         line.partial_answer or "",
         line.model_note or "",
+        _reused(line),
     )
 
 
@@ -104,6 +111,7 @@ def _quote_row(line: QuoteResult) -> Sequence[object]:
         _ids(line.request_ids),
         _steps(line.incomplete_steps),
         line.model_note or "",
+        _reused(line),
     )
 
 

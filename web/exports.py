@@ -195,7 +195,7 @@ def claims_csv(records: Iterator[ClaimResult]) -> Iterator[str]:
                     "" if label is None else str(bool(label)).lower(),
                     res.request_id or "",
                     res.error or "",
-                    (res.reused_from or {}).get("request_id") or "",
+                    res.reused_from.request_id or "" if res.reused_from else "",
                 )
             )
         yield out.take()

@@ -205,7 +205,7 @@ def _row_view(record: ClaimResult, modes: list[str], smin: float, cmax: float) -
                 grade=grade,
                 request_id=res.request_id,
                 error=res.error,
-                reused_at=str((res.reused_from or {}).get("answered_at") or "") or None,
+                reused_at=res.reused_from.answered_at if res.reused_from else None,
             )
         )
         if mode == "grounded" and res.in_query is False:

@@ -36,6 +36,7 @@ from checks.fairness import PRIORITIES
 from checks.kinds.citations import REVIEWS, CitationsOptions
 from checks.ndjson import MAX_ERRORS_KEPT
 from checks.options import CLAIMS_MODES
+from checks.packing import DEFAULT_AUDIT_SHARE
 from checks.recipes import Recipe, recipe_for
 from config import Settings
 from jobs.intake import create_job
@@ -60,10 +61,13 @@ MIMETYPES = {
     "text/csv": "csv",
 }
 # The form's option groups: fieldset id → {form field: the option it sets}. A group is shown for the kinds
-# whose recipe (`Recipe.option_names`) takes all its options, and only those kinds are sent its fields, since
-# a browser without script submits every group. Two kinds with a cutoff of the same name and another
-# meaning (claims' and citations' `supported_min`) each have a field of their own: citations' fields carry
-# the prefix `citations_`. The model keeps each kind's default.
+# whose recipe (`Recipe.option_names`) takes all its options, unless another group shown for the kind sets
+# them all too (citations takes the answer and quote kinds' `pack_size` and `audit_share`, and has its
+# own fields for them), and only those kinds are sent its fields, since a browser without script submits
+# every group. Two kinds with an option of the same name and another meaning or default (claims' and
+# citations' `supported_min`, citations' `pack_size`) each have a field of their own: citations' fields
+# carry the prefix `citations_`, the answer and quote kinds' `questions_`. The model keeps each kind's
+# default.
 CITATION_CUTOFFS = ("supported_min", "weak_min", "contradicted_min", "checkable_min")
 OPTION_GROUPS: dict[str, dict[str, str]] = {
     "claims-options": {
@@ -74,6 +78,7 @@ OPTION_GROUPS: dict[str, dict[str, str]] = {
         f"citations_{name}": name
         for name in (*CITATION_CUTOFFS, "misattribution", "review", "pack_size", "audit_share")
     },
+    "questions-options": {"questions_pack_size": "pack_size", "questions_audit_share": "audit_share"},
     "common-options": {"priority": "priority"},
 }
 # Fields outside any group's rule: every kind takes them (they sit in the common fieldset).
@@ -239,6 +244,8 @@ DEFAULTS = {
     "citations_pack_size": str(_CITATIONS.pack_size),
     "citations_audit_share": f"{_CITATIONS.audit_share:g}",
     "claims_pack_size": "1",
+    "questions_pack_size": "1",
+    "questions_audit_share": f"{DEFAULT_AUDIT_SHARE:g}",
     "priority": "batch",
 }
 
@@ -328,18 +335,23 @@ def _sent_fields(kind: str) -> dict[str, str]:
         return {}
     taken = recipe_for(kind).option_names
     fields = {f: option for f, option in UNGROUPED.items() if option in taken}
-    for group in OPTION_GROUPS.values():
-        if set(group.values()) <= taken:
-            fields.update(group)
+    for group in _groups_for(taken):
+        fields.update(OPTION_GROUPS[group])
     return fields
 
 
+def _groups_for(taken: frozenset[str]) -> list[str]:
+    """The option groups shown for a kind that takes the options `taken`: those whose options it takes all
+    of, less any whose options another of them sets too (a kind gets one field per option)."""
+    options = {group: set(fields.values()) for group, fields in OPTION_GROUPS.items()}
+    shown = [group for group, names in options.items() if names <= taken]
+    return [g for g in shown if not any(options[g] < options[other] for other in shown)]
+
+
 def _option_groups(recipes: list[Recipe]) -> dict[str, str]:
-    """Each option group's `data-kinds`: the kinds (space-separated) whose recipes take its options."""
-    return {
-        group: " ".join(r.name for r in recipes if set(fields.values()) <= r.option_names)
-        for group, fields in OPTION_GROUPS.items()
-    }
+    """Each option group's `data-kinds`: the kinds (space-separated) it is shown for."""
+    shown = {r.name: _groups_for(r.option_names) for r in recipes}
+    return {group: " ".join(r.name for r in recipes if group in shown[r.name]) for group in OPTION_GROUPS}
 
 
 def _render(state: FormState, error: FormError | None, status: int) -> tuple[str, int]:

@@ -9,7 +9,15 @@ from typing import Any
 from pydantic import Field, JsonValue
 
 from checks import questions as rules
-from checks.contracts import Contract, ItemStatusName, ReportHead, RequestIds, StoredContract, Usage
+from checks.contracts import (
+    Contract,
+    ItemStatusName,
+    ReportHead,
+    RequestIds,
+    ReusedFrom,
+    StoredContract,
+    Usage,
+)
 from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
 from checks.ndjson import RowLine
 from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
@@ -60,6 +68,12 @@ class QuestionLine(Contract):
         default=None,
         description="The full report: every scored sentence with its passages and probabilities (answer), "
         "every result, rank and compare probability and the run record (quote).",
+    )
+    reused_from: list[ReusedFrom] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="The question's Decisions requests answered from the tenant's verdict store instead of "
+        "upstream (docs/spec.md §10), each original request once; absent when none was.",
     )
 
 

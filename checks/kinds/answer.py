@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from checks import answers as gate
-from checks.contracts import ItemStatusName
+from checks.contracts import ItemStatusName, reused_in
 from checks.kinds._questions import (
     QUESTION_RECIPE_PARTS,
     QuestionLine,
@@ -34,6 +34,7 @@ CSV_COLUMNS = (
     "incomplete_steps",
     "partial_answer",
     "model_note",
+    "reused_from",
 )
 
 
@@ -152,6 +153,7 @@ def result_line(
         request_ids=head.request_ids,
         usage=head.usage,
         report=head,
+        reused_from=reused_in(report.get("evidence") or []),
         **text,
     )
 

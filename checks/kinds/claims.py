@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from checks import claims as rules
-from checks.contracts import Contract, Cutoffs, ItemStatusName, StoredContract
+from checks.contracts import Contract, Cutoffs, ItemStatusName, ReusedFrom, StoredContract
 from checks.kinds._schemas import CLAIM_ROW, CLAIMS_OPTIONS
 from checks.ndjson import RowLine
 from checks.options import CLAIMS_OPTION_NAMES, parse_claims_options
@@ -37,7 +37,7 @@ class ClaimModeResult(Contract):
     sources: list[dict[str, Any]] = Field(default_factory=list)
     error: str | None = None
     # Answered from the tenant's verdict store: the original request's id and time (absent otherwise).
-    reused_from: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
+    reused_from: ReusedFrom | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ClaimResult(Contract):

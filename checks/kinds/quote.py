@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from checks.contracts import ItemStatusName
+from checks.contracts import ItemStatusName, reused_in
 from checks.kinds._questions import (
     QUESTION_RECIPE_PARTS,
     QuestionLine,
@@ -36,6 +36,7 @@ CSV_COLUMNS = (
     "request_ids",
     "incomplete_steps",
     "model_note",
+    "reused_from",
 )
 
 
@@ -104,6 +105,7 @@ def result_line(
         request_ids=head.request_ids,
         usage=head.usage,
         report=head,
+        reused_from=reused_in([*(report.get("results") or []), report.get("compare")]),
     )
 
 

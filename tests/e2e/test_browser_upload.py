@@ -84,6 +84,30 @@ def test_upload_ndjson_and_follow_it_to_completed(embedded: tuple[Flask, str]) -
         assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []
 
 
+def test_a_packed_answer_job_from_the_form_runs_with_its_audit(embedded: tuple[Flask, str]) -> None:
+    """The answer and quote kinds' packing fields (docs/spec.md §9.6): shown for answer, not for claims,
+    sent as the job's `pack_size` and `audit_share`; the job packs, and its page shows the audit."""
+    app, token = embedded
+    with serve(app) as base, chromium() as (page, watch):
+        sign_in(page, base, token)
+        page.goto(f"{base}/jobs/new")
+        expect(page.locator("#questions-options")).to_be_hidden()  # claims, the first kind
+        page.select_option("#kind", "answer")
+        expect(page.locator("#questions-options")).to_be_visible()
+        expect(page.locator("#citations-options")).to_be_hidden()
+        assert page.input_value("#questions_pack_size") == "1"
+        page.fill("#questions_pack_size", "8")
+        page.fill("#questions_audit_share", "1")
+        question = "What did the James Webb Space Telescope discover about exoplanet K2-18b?"
+        page.fill("#paste", f"id,question\njwst,{question}\n")
+        page.click("#submit-job")
+        wait_completed(page)
+        main = page.inner_text("main")
+        assert "pack_size=8" in main and "audit_share=1" in main
+        assert "Packing audit" in main and "Label agreement" in main
+        assert watch.dialogs == [] and watch.page_errors == [] and watch.csp_violations == []
+
+
 def test_upload_csv_and_follow_it_to_completed(embedded: tuple[Flask, str]) -> None:
     app, token = embedded
     rows = reference_rows()[:6]

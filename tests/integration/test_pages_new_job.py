@@ -201,6 +201,46 @@ def test_citations_options_from_their_own_group(web: WebEnv, caller: Caller) -> 
     assert "weak_min" not in claims.options and claims.options["supported_min"] != 0.1
 
 
+QUESTIONS_CSV = b"id,question\nq1,How deep is the Mariana Trench?\n"
+
+
+def test_answer_and_quote_packing_options_from_their_own_group(web: WebEnv, caller: Caller) -> None:
+    """`pack_size` and `audit_share` of the answer and quote kinds (docs/spec.md §9.6, §9.7) have fields of
+    their own, shown for those kinds only and starting at the kinds' defaults; citations keeps its own."""
+    csrf = signed_in(web, caller)
+    form = web.client.get("/jobs/new").get_data(as_text=True)
+    assert 'id="questions-options" data-kinds="answer quote"' in form
+    assert re.search(r'id="questions_pack_size" name="questions_pack_size"[^>]* value="1"', form)
+    assert re.search(r'id="questions_audit_share" name="questions_audit_share"[^>]* value="0.02"', form)
+    # A browser without script sends every group: each kind takes only its own fields.
+    others = {"citations_pack_size": "9", "citations_audit_share": "0.1", "claims_pack_size": "7"}
+    resp = post_form(web.client, csrf, file=(QUESTIONS_CSV, "q.csv"), kind="answer",
+                     questions_pack_size="4", questions_audit_share="0.5", **others)  # fmt: skip
+    answer = web.job(created_job(web, resp))
+    assert (answer.kind, answer.options["pack_size"], answer.options["audit_share"]) == ("answer", 4, 0.5)
+    resp = post_form(web.client, csrf, file=(QUESTIONS_CSV, "q.csv"), kind="quote", questions_pack_size="3")
+    quote = web.job(created_job(web, resp))
+    assert (quote.kind, quote.options["pack_size"]) == ("quote", 3)
+    theirs = {"questions_pack_size": "2", "questions_audit_share": "0.9", "citations_pack_size": "16"}
+    resp = post_form(web.client, csrf, file=(TEA, "answers.jsonl"), kind="citations", **theirs)
+    citations = web.job(created_job(web, resp))
+    assert (citations.options["pack_size"], citations.options["audit_share"]) == (16, 0.02)
+
+
+@pytest.mark.parametrize(("field", "value"), [("questions_pack_size", "0"), ("questions_audit_share", "2")])
+def test_a_bad_answer_packing_option_points_at_its_own_field(
+    web: WebEnv, caller: Caller, field: str, value: str
+) -> None:
+    csrf = signed_in(web, caller)
+    before = web.table_counts()
+    resp = post_form(web.client, csrf, file=(QUESTIONS_CSV, "q.csv"), kind="answer", **{field: value})
+    page = refused(web, resp)
+    assert f'<a href="#{field}">' in page
+    assert f'aria-describedby="{field}-hint {field}-error" aria-invalid="true"' in page
+    assert re.search(rf'id="{field}"[^>]* value="{value}"', page)  # what the user typed comes back
+    assert web.table_counts() == before
+
+
 def test_a_bad_citations_option_points_at_its_own_field(web: WebEnv, caller: Caller) -> None:
     csrf = signed_in(web, caller)
     before = web.table_counts()

@@ -11,13 +11,17 @@ request by request.
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ from simulator.app import simulator_state
 from simulator.config import SimConfig
 from simulator.faults import FaultInjector
 from simulator.server import RunningSimulator, run_in_thread
+from simulator.wire import WireError
 from tests.integration.stack import SharedStack, Stack, fresh_database, running_stack, shared_stack
 from web.app import create_app
 from workers.app import make_celery
@@ -199,6 +204,156 @@ def test_hostile_upstream_answer_and_quote_jobs_complete(hostile: tuple[SharedSt
         # The report's usage is every attempt of the question and its children, as stored.
         report = (question.output or {})["report"]
         assert report["usage"]["attempts"] == sum(_calls_by_item(engine, job_id).values()) > 0
+
+
+ANSWER_ROWS = [
+    {"id": "jwst", "question": "What did the James Webb Space Telescope discover about exoplanet K2-18b?"},
+    {"id": "eiffel", "question": "How tall is the Eiffel Tower today, and how much has its height changed?"},
+]
+QUOTE_ROWS = [
+    {"id": "trench", "question": "How deep is the Mariana Trench?"},
+    {"id": "bones", "question": "How many bones are in the adult human body?"},
+]
+# Packed, and never answered from the verdict store: these tests count what was sent.
+PACKED = {"pack_size": 8, "reuse": "none"}
+
+
+def _submit_packed(stack: Stack) -> tuple[uuid.UUID, uuid.UUID]:
+    """A packed answer job and a packed quote job (docs/spec.md §9.6, §9.7)."""
+    return stack.submit_answer(ANSWER_ROWS, PACKED), stack.submit_quote(QUOTE_ROWS, PACKED)
+
+
+def _calls(engine: Engine, job_id: uuid.UUID) -> list[ApiCall]:
+    with Session(engine) as s:
+        return list(s.scalars(select(ApiCall).where(ApiCall.job_id == job_id).order_by(ApiCall.id)))
+
+
+def _assert_exact(engine: Engine, job_id: uuid.UUID, job: Job, items: list[Item]) -> list[ApiCall]:
+    """Every item ended once, every question reported; what the items and the job bill is every attempt
+    recorded (a pack's attempt once, its members' shares adding up to it)."""
+    calls = _calls(engine, job_id)
+    assert all(i.status == "done" for i in items), [(i.custom_id, i.status, i.error) for i in items]
+    assert len({(i.custom_id, i.mode) for i in items}) == len(items)  # nothing doubled
+    assert all((i.output or {}).get("report") for i in items if i.parent_id is None)
+    assert sum((i.output or {})["usage"]["attempts"] for i in items) == len(calls)
+    assert (job.usage or {})["http_attempts"] == len(calls)
+    for question in (i for i in items if i.parent_id is None):
+        mine = {i.id for i in items if i.id == question.id or i.parent_id == question.id}
+        report = (question.output or {})["report"]
+        assert report["usage"]["attempts"] == sum(1 for c in calls if c.item_id in mine)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["result_nul", "surrogate", "model_long"])
+def test_hostile_upstream_packed_answer_and_quote_jobs_complete(
+    hostile: tuple[SharedStack, str], kind: str
+) -> None:
+    """The hostile answers of the unpacked test above, met by packed requests: every item of every pack
+    ends within its tries, and the accounting is exact."""
+    stack, _ = hostile
+    stack.start_worker(concurrency=4)
+    answer, quote = _submit_packed(stack)
+    for job_id, stage in ((answer, "sentence"), (quote, "result")):
+        job = stack.wait_job(job_id, timeout=120)
+        items = _assert_bounded(stack, job_id, job)
+        calls = _assert_exact(stack.engine, job_id, job, items)
+        members = {i.id for i in items if i.stage == stage}
+        assert any(c.pack_items and set(c.pack_items) <= members for c in calls), stage  # it packed
+
+
+def _packed_keys(names: Iterable[str]) -> set[str]:
+    """The sentences (`s<n>_…`) or results (`r<n>_…`) a Decisions request's question names ask about."""
+    return {name.split("_", 1)[0] for name in names if re.match(r"[sr]\d+_", name)}
+
+
+class _PackedFailsFirst:
+    """A simulator engine that answers a packed Decisions request with a 503 the first time it arrives:
+    whatever the random faults do, every pack meets one."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.seen: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def decide(self, body: Any, **kwargs: Any) -> Any:
+        if len(_packed_keys(body.get("questions") or {})) > 1:
+            key = json.dumps(body, sort_keys=True)
+            with self.lock:
+                first = key not in self.seen
+                self.seen.add(key)
+            if first:
+                raise WireError(503, "Service temporarily unavailable", error_type="service_unavailable")
+        return self.inner.decide(body, **kwargs)
+
+
+class _LeavesOut:
+    """A simulator engine whose packed Decisions answers leave out the questions of the request's last
+    sentence (`s<n>_…`) or result (`r<n>_…`): the upstream's partial answer (docs/spec.md §9.5)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.left_out = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def decide(self, body: Any, **kwargs: Any) -> Any:
+        outcome = self.inner.decide(body, **kwargs)
+        keys = _packed_keys(outcome.answers)
+        if len(keys) < 2:
+            return outcome
+        last = max(keys, key=lambda k: int(k[1:]))
+        self.left_out += 1
+        kept = {n: a for n, a in outcome.answers.items() if not n.startswith(f"{last}_")}
+        return replace(outcome, answers=kept)
+
+
+def _number(item: Item) -> int:
+    """A sentence's or result's number, as its packed state names it (`q1:s3`, `q1:r3`: 3)."""
+    return int(item.custom_id.rsplit(":", 1)[1][1:])
+
+
+@pytest.fixture
+def leaving_out(
+    _hostile: tuple[RunningSimulator, SharedStack], request: pytest.FixtureRequest
+) -> Iterator[tuple[SharedStack, _LeavesOut]]:
+    sim, stack = _hostile
+    state = simulator_state(sim.app)
+    original = state.engine
+    engine = _LeavesOut(original)
+    state.engine = engine
+    try:
+        yield stack.for_test(request.node.name), engine
+    finally:
+        state.engine = original
+
+
+def test_packed_answers_missing_for_some_questions_are_asked_again_alone(
+    leaving_out: tuple[SharedStack, _LeavesOut],
+) -> None:
+    """docs/spec.md §9.5 for the answer and quote kinds: the sentence (or result) a packed answer left out
+    is sent again on its own, every item ends once, and the accounting is exact."""
+    stack, engine = leaving_out
+    stack.start_worker(concurrency=4)
+    answer, quote = _submit_packed(stack)
+    for job_id, stage in ((answer, "sentence"), (quote, "result")):
+        job = stack.wait_job(job_id, timeout=120)
+        assert job.status == "completed", job.error
+        items = _items(stack.engine, job_id)
+        calls = _assert_exact(stack.engine, job_id, job, items)
+        packed = [c for c in calls if c.pack_items]
+        assert packed, stage
+        # The left-out member of each pack: answered by a request of its own, not by the pack's.
+        alone = {c.item_id for c in calls if not c.pack_items and c.status_code == 200}
+        for call in packed:
+            last = max((i for i in items if i.id in (call.pack_items or [])), key=_number)
+            assert last.id in alone, (stage, last.custom_id)
+            assert "pack" not in (last.output or {})
+        assert all(i.status == "done" for i in items if i.stage == stage)
+    assert engine.left_out >= 2
 
 
 def _free_port() -> int:
@@ -377,6 +532,50 @@ def _resolve_all(stack: Stack, pg_url: str, tmp: Path, request_ids: list[str]) -
         found += 1
     res.engine.dispose()
     return found
+
+
+def test_packed_answer_and_quote_accounting_under_half_transient_faults_matches_the_upstream(
+    queue_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    """Packed answer and quote jobs under 50 % transient faults (Decisions, Agent and Search alike): a
+    packed request that fails is retried as the same pack within the bounded tries, every item ends once,
+    and what the items and jobs bill is every POST the upstream counted."""
+    url, engine = queue_db
+    config = SimConfig(decisions_rps=0, agent_rps=0, search_rps=0, fault_rate=0.5,
+                       faults=("500", "502", "503"), seed=13)  # fmt: skip
+    # Six tries an item, retries backing off from 0.1 s: the accounting is the point, not the waits.
+    env = {"FACTGATE_MAX_ITEM_ATTEMPTS": "6", "FACTGATE_HTTP_RETRY_BASE_S": "0.1"}
+    with run_in_thread(config) as sim, running_stack(url, engine, sim.base_url, tmp_path, **env) as stack:
+        state = simulator_state(sim.app)
+        state.engine = _PackedFailsFirst(state.engine)
+        stack.start_worker(concurrency=16)
+        answer, quote = _submit_packed(stack)
+        jobs = {job_id: stack.wait_job(job_id, timeout=240) for job_id in (answer, quote)}
+        snap: dict[str, Any] = httpx.get(f"{sim.base_url}/stats", timeout=5).json()
+        calls: list[ApiCall] = []
+        for job_id, job in jobs.items():
+            assert job.status == "completed", job.error
+            items = _items(engine, job_id)
+            assert all(i.tries <= 6 for i in items)
+            mine = _assert_exact(engine, job_id, job, items)
+            stage = "sentence" if job_id == answer else "result"
+            members = {i.id for i in items if i.stage == stage}
+            heads: dict[int, list[ApiCall]] = {}
+            for call in mine:
+                if call.pack_items and set(call.pack_items) <= members:
+                    heads.setdefault(int(call.item_id or 0), []).append(call)
+            assert heads, stage
+            # Retried as a pack: every pack met a 503 at least once, and its later attempts carry the same
+            # members.
+            for rows in heads.values():
+                assert any(c.status_code != 200 for c in rows), stage
+                assert all(c.pack_items == rows[0].pack_items for c in rows), stage
+                assert rows[-1].status_code == 200
+            calls += mine
+        resolved = _resolve_all(stack, url, tmp_path, [c.request_id for c in calls if c.request_id])
+    assert len(calls) == snap["total"] > 0
+    assert sum(snap["faults"].values()) > 0  # the faults really happened
+    assert resolved == len([c for c in calls if c.request_id])
 
 
 def test_packed_accounting_under_half_transient_faults_matches_the_upstream(

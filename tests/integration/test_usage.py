@@ -346,6 +346,31 @@ def test_usage_page_draws_the_days_and_tabulates_them(
     assert "<title>2025-03-01: 4</title>" in requests_chart
 
 
+def test_usage_page_shows_reused_answers_apart(web: WebEnv, caller: Caller) -> None:
+    """Answers taken from the verdict store (docs/spec.md §10) are a column of their own on the page, as in
+    /v1/usage: never counted as requests, at no cost."""
+    job_id = caller_job(web, caller)
+    add_calls(web.sessions, caller.tenant_id, job_id, CALLS[:2])
+    with session_scope(web.sessions) as session:
+        for _ in range(3):
+            session.add(
+                ApiCall(tenant_id=caller.tenant_id, job_id=job_id, endpoint="decisions",
+                        model="pplx-decider-v1.2", reused=True, cost_usd=0.0, created_at=at("2025-03-01"))
+            )  # fmt: skip
+    totals = usage(web, caller)["totals"]
+    assert (totals["requests"], totals["reused"]) == (2, 3)
+    sign_in(web, caller)
+    page = web.client.get(f"/usage?from={FROM}&to={TO}").get_data(as_text=True)
+    assert "<tr><th>Reused</th><td>3 answered from earlier jobs, $0</td></tr>" in page
+    endpoints = page[page.index('id="usage-endpoints"') : page.index('id="usage-models"')]
+    assert '<th class="num">Requests</th><th class="num">Reused</th>' in endpoints
+    row = re.search(r"<tr><td>decisions</td>(.*?)</tr>", endpoints)
+    assert row and re.findall(r'<td class="num">([^<]*)</td>', row.group(1))[:2] == ["2", "3"]
+    days = page[page.index('id="usage-days"') :]
+    day = re.search(r'<td class="nowrap">2025-03-01</td>(.*?)</tr>', days)
+    assert day and re.findall(r'<td class="num">([^<]*)</td>', day.group(1))[:2] == ["2", "3"]
+
+
 def test_usage_page_refuses_bad_dates_with_the_form(web: WebEnv, caller: Caller) -> None:
     sign_in(web, caller)
     resp = web.client.get("/usage?from=2025-03-09&to=2025-03-01")

@@ -42,12 +42,15 @@ from models import (
 from simulator.config import SimConfig
 from simulator.server import run_in_thread
 from tests.integration.stack import SharedStack, shared_stack
+from tests.integration.test_pages import csrf_token
 from web.app import create_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PINNED = "pplx-decider-v1.2"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "citations.jsonl"
+ANSWERS = EXAMPLES.with_name("answer-questions.jsonl")
+QUOTES = EXAMPLES.with_name("quote-questions.jsonl")
 CLAIMS = [
     {"id": "c1", "claim": "Rust 1.0 was released in May 2015."},
     {"id": "c2", "claim": "The Eiffel Tower is in Berlin."},
@@ -88,6 +91,7 @@ class Tenant:
         with session_scope(make_session_factory(stack.engine)) as session:
             token = create_token(session, self.name).token
         self.headers = {"Authorization": f"Bearer {token}"}
+        self.token = token
         self.stack = stack
         self.client = client
 
@@ -100,6 +104,35 @@ class Tenant:
         job = self.stack.wait_job(job_id)
         assert job.status == "completed", job.error
         return job_id
+
+    def submit(self, kind: str, rows: list[dict[str, Any]], options: dict[str, Any]) -> uuid.UUID:
+        """A job of `kind` through the API, waited for until it completed."""
+        resp = self.client.post(
+            "/v1/jobs", json={"kind": kind, "options": options, "items": rows}, headers=self.headers
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job_id = uuid.UUID(resp.get_json()["id"])
+        job = self.stack.wait_job(job_id, timeout=180)
+        assert job.status == "completed", job.error
+        return job_id
+
+    def lines(self, job_id: uuid.UUID) -> list[dict[str, Any]]:
+        body = self.client.get(f"/v1/jobs/{job_id}/results", headers=self.headers).get_data(as_text=True)
+        *lines, end = [json.loads(x) for x in body.splitlines() if x.strip()]
+        assert end["_end"]["count"] == len(lines)
+        return lines
+
+    def csv(self, job_id: uuid.UUID) -> list[dict[str, str]]:
+        text = self.client.get(f"/v1/jobs/{job_id}/results?format=csv", headers=self.headers).get_data(
+            as_text=True
+        )
+        return [r for r in csv.DictReader(io.StringIO(text)) if not r["custom_id"].startswith("#")]
+
+    def page(self, path: str) -> str:
+        """A signed-in page (the session cookie stays on this client)."""
+        resp = self.client.post("/sign-in", data={"token": self.token, "csrf_token": csrf_token(self.client)})
+        assert resp.status_code == 302
+        return self.client.get(path).get_data(as_text=True)
 
     def job(self, job_id: uuid.UUID) -> dict[str, Any]:
         resp = self.client.get(f"/v1/jobs/{job_id}", headers=self.headers)
@@ -125,6 +158,19 @@ def _outputs(stack: SharedStack, job_id: uuid.UUID) -> list[dict[str, Any]]:
         return [
             dict(o) for o in s.scalars(select(Item.output).where(Item.job_id == job_id).order_by(Item.id))
         ]
+
+
+def _rows(stack: SharedStack, job_id: uuid.UUID) -> tuple[list[Item], list[ApiCall]]:
+    with Session(stack.engine) as s:
+        items = list(s.scalars(select(Item).where(Item.job_id == job_id).order_by(Item.id)))
+        calls = list(s.scalars(select(ApiCall).where(ApiCall.job_id == job_id).order_by(ApiCall.id)))
+        return items, calls
+
+
+def _sent_decisions(calls: list[ApiCall]) -> list[ApiCall]:
+    """The Decisions requests a job sent upstream (an answer's and a quote's other calls, Agent and Search,
+    are never answered from the store)."""
+    return [c for c in calls if c.endpoint == "decisions" and not c.reused]
 
 
 def _entries(stack: SharedStack, job_id: uuid.UUID) -> int:
@@ -359,3 +405,103 @@ def test_a_citations_rerun_settles_its_sentences_as_they_are_created_never_dispa
         )
     reports = [o["report"] for o in _outputs(stack, second) if "report" in o]
     assert len(reports) == len(rows) and all(r["status"] != "failed" for r in reports)
+
+
+def _examples(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _labels(lines: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (line["custom_id"], row["role"], row["number"], row["rewrite_number"], row["label"])
+        for line in lines
+        for row in line["report"]["evidence"]
+    ]
+
+
+def test_a_packed_answer_rerun_sends_no_decisions_request_audits_nothing_and_says_reused_from(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    """docs/spec.md §9.6 and §10 for the answer kind: the same packed questions again for the same tenant
+    send no Decisions request (the Agent calls are sent: the store keeps Decisions answers only) and plan
+    no packing audit; every evidence row, the result line, the CSV and both pages say where the answers
+    came from. An edited re-run sends and audits only the changed question's packs."""
+    acme = Tenant(stack, client)
+    rows = [r for r in _examples(ANSWERS) if r["id"] in ("jwst", "eiffel")]
+    options = {"pack_size": 8, "audit_share": 1}
+    first = acme.submit("answer", rows, options)
+    items, calls = _rows(stack, first)
+    assert _sent_decisions(calls) and [i for i in items if i.stage == "audit_sentence"]
+
+    second = acme.submit("answer", rows, options)
+    items, calls = _rows(stack, second)
+    assert _sent_decisions(calls) == []
+    assert not [i for i in items if i.stage == "audit_sentence"]
+    reused = [c for c in calls if c.reused]
+    assert reused and {c.endpoint for c in reused} == {"decisions"}
+    lines = acme.lines(second)
+    assert _labels(lines) == _labels(acme.lines(first))
+    evidence = [row for line in lines for row in line["report"]["evidence"]]
+    assert evidence and all(row["reused_from"]["request_id"] for row in evidence)
+    for line in lines:
+        ids = [r["request_id"] for r in line["reused_from"]]
+        assert ids and len(ids) == len(set(ids)) == len(set(line["report"]["request_ids"]["decisions"]))
+        datetime.fromisoformat(line["reused_from"][0]["answered_at"])
+    assert all(row["reused_from"] for row in acme.csv(second))
+    job = acme.job(second)
+    assert job["summary"]["packing_audit"] is None
+    assert (job["usage"]["reused"], job["usage"]["cost_usd"] > 0) == (len(reused), True)  # the Agent calls
+    page = acme.page(f"/jobs/{second}")
+    assert "reused from an earlier job" in page
+    assert f"{len(reused)} answered from earlier jobs (reused, $0)" in page
+
+    # An edited re-run: one question changed. Only its packs are sent upstream, and only they are audited.
+    edited = [rows[0], {"id": rows[1]["id"], "question": "How deep is the Mariana Trench?"}]
+    third = acme.submit("answer", edited, options)
+    items, calls = _rows(stack, third)
+    changed = next(i.id for i in items if i.parent_id is None and i.custom_id == rows[1]["id"])
+    parent = {i.id: i.parent_id for i in items}
+    audits = [i for i in items if i.stage == "audit_sentence"]
+    assert audits and {i.parent_id for i in audits} == {changed}
+    sent = _sent_decisions(calls)
+    assert sent and {parent[int(c.item_id or 0)] for c in sent} == {changed}
+    kept = next(line for line in acme.lines(third) if line["custom_id"] == rows[0]["id"])
+    assert all(row["reused_from"] for row in kept["report"]["evidence"])
+
+
+def test_a_packed_quote_rerun_sends_no_decisions_request_and_says_reused_from(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    """docs/spec.md §10 for the quote kind: the same packed questions again send no rank or compare request
+    (the searches are sent), choose the same quotes, and the report rows, the result line, the CSV and the
+    report page say where the answers came from."""
+    acme = Tenant(stack, client)
+    rows = _examples(QUOTES)[:3]
+    options = {"pack_size": 5}
+    first = acme.submit("quote", rows, options)
+    assert _sent_decisions(_rows(stack, first)[1])
+    second = acme.submit("quote", rows, options)
+    _items, calls = _rows(stack, second)
+    assert _sent_decisions(calls) == []
+    reused = [c for c in calls if c.reused]
+    assert reused and {c.endpoint for c in reused} == {"decisions"}
+
+    def chosen(lines: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(line["custom_id"], line["outcome"], line["quote"], line["closest"]) for line in lines]
+
+    lines = acme.lines(second)
+    assert chosen(lines) == chosen(acme.lines(first))
+    results = [row for line in lines for row in line["report"]["results"]]
+    assert results and all(row["reused_from"]["request_id"] for row in results)
+    compares = [line["report"]["compare"] for line in lines if line["report"]["compare"]]
+    assert compares and all(c["reused_from"]["request_id"] for c in compares)
+    for line in lines:
+        ids = {r["request_id"] for r in line["reused_from"]}
+        assert ids == {row["request_id"] for row in line["report"]["results"]} | {
+            c["request_id"] for c in [line["report"]["compare"]] if c
+        }
+    assert all(row["reused_from"] for row in acme.csv(second))
+    assert acme.job(second)["usage"]["reused"] == len(reused)
+    page = acme.page(f"/jobs/{second}")
+    assert "reused from an earlier job" in page
+    assert f"{len(reused)} answered from earlier jobs (reused, $0)" in page

@@ -16,8 +16,9 @@ from checks.options import OptionsError, parse_questions_options
 from checks.packing import answer_plan, pack_sentences, unpacked_answers
 from clients.results import Answer, Decision
 from jobs import answers as answer_jobs
+from jobs.intake import UnitSpec
 from jobs.records import ClaimedItem
-from models import Item
+from models import Item, Job
 from workers.answers import handle_investigation, handle_sentence_pack, score_pack, score_sentence
 from workers.outcomes import AskAlone, Done, PackAnswered
 from workers.steps import Calls
@@ -249,17 +250,71 @@ def test_a_flash_model_packed_earns_the_jobs_warning(kind: str) -> None:
     assert part.units(rows, parse_questions_options({"pack_size": 5}))[1] == []
 
 
+def _settled(units: list[UnitSpec], reused: bool = False) -> list[Item]:
+    """The sentence items of `units` once answered: a packed one says where (its output's `pack`), and,
+    with `reused`, that its request was answered from the verdict store."""
+    heads: dict[int, int] = {}
+    items = []
+    for n, unit in enumerate(units):
+        output: dict[str, Any] = {"label": "supported", "checkable": 0.9}
+        if unit.pack is not None:
+            head = heads.setdefault(unit.pack, n + 1)
+            size = sum(1 for u in units if u.pack == unit.pack)
+            output["pack"] = {"head": head, "size": size, "position": n + 1 - head}
+        if reused:
+            output["reused_from"] = {"request_id": "req-old", "answered_at": "2026-01-01T00:00:00+00:00"}
+        items.append(
+            Item(id=n + 1, stage=unit.stage, custom_id=unit.custom_id, status="done", input=unit.input,
+                 output=output)
+        )  # fmt: skip
+    return items
+
+
 def test_an_audited_packed_answer_asks_its_packed_sentences_again_alone() -> None:
     question = _question(SPECS)
     question.position = 0
-    units = answer_jobs.sentence_units(question, 2, 0.02)
-    audits = [u for u in units if u.stage == "audit_sentence"]
+    units = answer_jobs.sentence_units(question, 2)
+    audits = [
+        u for u in answer_jobs.audit_units(question, _settled(units), 0.02) if u.stage == "audit_sentence"
+    ]
     assert [u.custom_id for u in audits] == ["q1:a1", "q1:a2"]  # the packed ones, not sentence 3
     assert [u.input for u in audits] == [u.input for u in units[:2]] and all(u.pack is None for u in audits)
-    assert not [u for u in answer_jobs.sentence_units(question, 2, 0.0) if u.stage == "audit_sentence"]
-    assert not [u for u in answer_jobs.sentence_units(question, 1, 1.0) if u.stage == "audit_sentence"]
+    assert not [
+        u for u in answer_jobs.audit_units(question, _settled(units), 0.0) if u.stage == "audit_sentence"
+    ]
+    unpacked = _settled(answer_jobs.sentence_units(question, 1))
+    assert not [u for u in answer_jobs.audit_units(question, unpacked, 1.0) if u.stage == "audit_sentence"]
     question.position = 1  # every 50th answer from the first
-    assert not [u for u in answer_jobs.sentence_units(question, 2, 0.02) if u.stage == "audit_sentence"]
+    assert not [
+        u for u in answer_jobs.audit_units(question, _settled(units), 0.02) if u.stage == "audit_sentence"
+    ]
+
+
+def _job(options: dict[str, Any]) -> Job:
+    return Job(kind="answer", options=options)
+
+
+def test_the_audit_is_planned_once_the_packs_answered_and_only_for_packs_sent_upstream() -> None:
+    """docs/spec.md §9.6 and §10: the sentences are planned alone; once they settled, the packed ones a
+    request sent upstream are asked again — never those answered from the verdict store, and only once."""
+    question = _question(SPECS)
+    question.position, question.input = 0, {"kind": "answer", "question": "Who built the bridge?"}
+    job = _job({"pack_size": 2, "audit_share": 1.0})
+    first = answer_jobs.plan(job, question, [])
+    assert [u.stage for u in first] == ["sentence"] * 3
+    sent = _settled(first)
+    assert [u.custom_id for u in answer_jobs.plan(job, question, sent)] == ["q1:a1", "q1:a2"]
+    assert answer_jobs.plan(job, question, _settled(first, reused=True)) == []
+    audit = Item(
+        id=9, stage="audit_sentence", custom_id="q1:a1", status="done", input=sent[0].input, output={}
+    )
+    assert answer_jobs.plan(job, question, [*sent, audit]) == []  # planned once
+    failed = [sent[0], Item(**{**_columns(sent[1]), "status": "failed"}), sent[2]]
+    assert [u.custom_id for u in answer_jobs.plan(job, question, failed)] == ["q1:a1"]
+
+
+def _columns(item: Item) -> dict[str, Any]:
+    return {k: getattr(item, k) for k in ("id", "stage", "custom_id", "status", "input", "output")}
 
 
 def test_answer_jobs_take_audit_share_stored_only_when_given() -> None:

@@ -411,3 +411,51 @@ def test_quote_job_summary_counts_incomplete_questions_and_their_steps() -> None
     summary = quote_kind.summarize_job((r["status"], r["summary"]) for r in reports)
     assert summary.outcomes == {"quoted": 0, "no_answer": 1, "failed": 0, "skipped": 0, "incomplete": 2}
     assert summary.incomplete_steps == {"rank": 3, "compare": 2}
+
+
+# --- answers taken from the verdict store (docs/spec.md §10) -------------------------------------------
+
+
+def _origin(request_id: str) -> dict[str, str]:
+    return {"request_id": request_id, "answered_at": "2026-01-01T00:00:00+00:00"}
+
+
+def _reused(child: Item, request_id: str) -> Item:
+    child.output = {**(child.output or {}), "reused_from": _origin(request_id)}
+    return child
+
+
+def test_an_answer_report_says_which_rows_were_answered_from_the_store() -> None:
+    """Each evidence row whose request was reused says so, a rewrite sentence by its own request id among
+    its investigation's; rows of requests sent are stored as before, and the result line lists each
+    original request once."""
+    j, q = job("answer"), answer_question()
+    kids = sentences(q, [0.9, 0.5, 0.9])
+    _reused(kids[0], "d-1")
+    (unit,) = answers.plan(j, q, kids)
+    inv = investigation(unit.input, unit.custom_id)
+    inv.output = {**(inv.output or {}), "reused_from": [_origin("d-rw"), _origin("d-other")]}
+    report = answers.build_report(j, q, [*kids, inv], incomplete=False)
+    rows = {(r["number"], r["rewrite_number"]): r for r in report["evidence"]}
+    assert rows[(1, None)]["reused_from"] == _origin("d-1")
+    assert rows[(2, 1)]["reused_from"] == _origin("d-rw")
+    assert "reused_from" not in rows[(2, None)] and "reused_from" not in rows[(3, None)]
+    line = answer_kind.result_line("q1", "Who built the bridge?", "done", report).dump()
+    assert line["reused_from"] == [_origin("d-1"), _origin("d-rw")]
+    plain = answers.build_report(j, q, [*sentences(q, [0.9, 0.5, 0.9]), investigation(unit.input, "x")],
+                                 incomplete=False)  # fmt: skip
+    assert "reused_from" not in answer_kind.result_line("q1", "Q", "done", plain).dump()
+
+
+def test_a_quote_report_says_which_rows_were_answered_from_the_store() -> None:
+    j, q = job("quote"), quote_question()
+    kids = ranks(j, q, [0.95, 0.1])
+    _reused(kids[1], "r-2")
+    (unit,) = quote_jobs.plan(j, q, kids)
+    kids.append(_reused(compare_item(unit.input, 0.97), "c-1"))
+    report = quote_jobs.build_report(j, q, kids, incomplete=False)
+    assert "reused_from" not in report["results"][0]
+    assert report["results"][1]["reused_from"] == _origin("r-2")
+    assert report["compare"]["reused_from"] == _origin("c-1")
+    line = quote_kind.result_line("q1", "How many bones?", "done", report).dump()
+    assert line["reused_from"] == [_origin("r-2"), _origin("c-1")]

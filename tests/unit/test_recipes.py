@@ -88,6 +88,7 @@ def test_the_new_job_page_and_csv_bodies_read_the_recipes() -> None:
     assert _option_groups(recipes) == {
         "claims-options": "claims",
         "citations-options": "citations",
+        "questions-options": "answer quote",
         "common-options": "claims answer quote citations",
     }
     assert set(OPTION_GROUPS["claims-options"].values()) <= recipes[0].option_names

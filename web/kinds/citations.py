@@ -65,7 +65,7 @@ def _rows(line: CitationsResult) -> Iterator[Sequence[object]]:
             (review.suggestion or "") if review else "",
             line.outcome or line.status,
             note,
-            (s.reused_from or {}).get("request_id") or "",
+            s.reused_from.request_id or "" if s.reused_from else "",
         )
 
 
