@@ -5,9 +5,9 @@ Why batched DELETEs and not partitions: a job's rows are spread over `items`, `a
 per time range. Partitioning `items` by job or by month would make every index and the scheduler's partial
 indexes per partition, turn the foreign keys into per-partition ones, and still not give "drop this job";
 detaching a partition would only pay for itself with thousands of jobs per partition ending together.
-Measured (bench/purge_design.py, docs/architecture.md): dropping a 1,000,000-item job's partitions takes
-2.4 s and no WAL against 39 s and 1.3 GB here, but its DROP locks the referenced tables (a small job's write
-deadlocked with it once), and a per-tenant retention or a delete still needs these batches. So
+Dropping a large job's partitions is much faster and writes almost no WAL (bench/purge_design.py; the
+figures are in docs/profiles/README.md, "The purge"), but its DROP locks the referenced tables (a small job's
+write deadlocked with it once), and a per-tenant retention or a delete still needs these batches. So
 the purge deletes `PURGE_BATCH` rows per statement and per transaction (each a short lock on those rows
 only, never on the table), keyed by the indexes reads already use (`ix_api_calls_job`, `ix_items_job_status`,
 `ix_webhook_deliveries_job`, `ix_intake_rows_job`), and a small job starting meanwhile waits on nothing.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import date, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import (
     BigInteger,
@@ -65,6 +65,24 @@ CLAIM_LABEL_SQL = (
 )
 
 
+class EndpointTotals(TypedDict):
+    """A job's calls to one endpoint, summed: the `by_endpoint` values of `UsageTotals`."""
+
+    http_attempts: int
+    reused: int
+    input_tokens: int
+    output_tokens: int
+    searches: int
+    throttled: int
+    cost_usd: float
+
+
+class UsageTotals(EndpointTotals):
+    """A job's usage (jobs/usage.py:usage_totals): live in the job object, stored in `usage` at finalize."""
+
+    by_endpoint: dict[str, EndpointTotals]
+
+
 class Job(Base):
     """One submitted batch. `summary` holds the finalized report totals (scorecards, flips, ...)."""
 
@@ -100,7 +118,7 @@ class Job(Base):
     request_counts: Mapped[dict[str, int] | None] = mapped_column(JSONType, default=None)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     warnings: Mapped[list[str]] = mapped_column(JSONType, default=list)
-    usage: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    usage: Mapped[UsageTotals | None] = mapped_column(JSONType, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     # True when answers came from the bundled simulator, so every output can say so.
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
