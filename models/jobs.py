@@ -10,6 +10,7 @@ import uuid
 from datetime import date, datetime
 from typing import Any, TypedDict
 
+from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -110,13 +111,15 @@ class Job(Base):
     # sha256 of what was submitted (content type, query parameters, body bytes): a reused Idempotency-Key
     # with anything else is a conflict, not this job. Null for jobs created before it was recorded.
     submission_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
-    # `metadata` is reserved by SQLAlchemy's declarative base, hence the attribute name.
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    # `metadata` is reserved by SQLAlchemy's declarative base, hence the attribute name. The caller's own JSON
+    # object: open by contract.
+    meta: Mapped[dict[str, JsonValue]] = mapped_column("metadata", JSONType, default=dict)
     total_items: Mapped[int] = mapped_column(Integer, default=0)
     # Items by status ({"total", "completed", "failed", ...}), written in the transaction that ends the job:
     # lists and status reads of an ended job use it instead of counting its items. Live jobs are counted.
     request_counts: Mapped[dict[str, int] | None] = mapped_column(JSONType, default=None)
-    summary: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    # The kind's summary (its recipe's contract, validated when written at finalize).
+    summary: Mapped[dict[str, JsonValue] | None] = mapped_column(JSONType, default=None)
     warnings: Mapped[list[str]] = mapped_column(JSONType, default=list)
     usage: Mapped[UsageTotals | None] = mapped_column(JSONType, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
@@ -125,7 +128,7 @@ class Job(Base):
     # `interactive` work goes first within its tenant's share of the upstream; `batch` is the default.
     priority: Mapped[str] = mapped_column(String(16), default="batch", server_default="batch")
     # The scheduler's latest view of this job (share, rate, ETA), refreshed every few seconds while it runs.
-    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    schedule: Mapped[dict[str, JsonValue] | None] = mapped_column(JSONType, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
@@ -346,8 +349,9 @@ class Verdict(Base):
     grounded: Mapped[bool] = mapped_column(Boolean)
     request_id: Mapped[str | None] = mapped_column(String(128), default=None)
     answered_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # The validated answer as the client returned it: answers, search results, model, sanitized paths.
-    answer: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    # The validated answer as the client returned it: answers, search results, model, sanitized paths (the
+    # client's contract, validated before it is stored; open here).
+    answer: Mapped[dict[str, JsonValue]] = mapped_column(JSONType)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
 
