@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -67,28 +67,6 @@ def verdict_sql(p: SQLColumnExpression[Any], smin: float, cmax: float) -> Column
     )
 
 
-class CardFigures(TypedDict):
-    """The scorecard keys a mode's counts at other cutoffs replace (`ModeCounts.card_figures`): label figures
-    are None without labels; the bounds are checks.claims.acceptance_bounds'."""
-
-    n: int
-    errors: int
-    supported: int
-    contradicted: int
-    review: int
-    labelled: int
-    labelled_errors: int
-    correct: int | None
-    wrong: int | None
-    labelled_review: int | None
-    missed_failures: int | None
-    false_contradictions: int | None
-    missed_failures_ok: bool | None
-    false_contradictions_ok: bool | None
-    review_ok: bool | None
-    acceptance: bool | None
-
-
 @dataclass
 class ModeCounts:
     """One mode's figures that a change of cutoffs changes (see checks.claims.scorecard for each)."""
@@ -111,7 +89,7 @@ class ModeCounts:
     def wrong(self) -> int:
         return self.missed_failures + self.false_contradictions
 
-    def card_figures(self) -> CardFigures:
+    def card_figures(self) -> dict[str, Any]:
         """The scorecard keys these counts replace, with the acceptance bounds judged by checks.claims."""
         has_labels = self.labelled > 0
         missed_ok, false_ok, review_ok, acceptance = claim_rules.acceptance_bounds(
