@@ -32,6 +32,7 @@ missing, or a job retried and completed again lost its new results to the purge 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -141,6 +142,25 @@ def _delete_source_lists(session: Session, job_id: uuid.UUID, limit: int) -> int
     return int(cast("CursorResult[Any]", result).rowcount)
 
 
+def _delete_deliveries_and_staged(session: Session, job_id: uuid.UUID, limit: int) -> int:
+    """The job's webhook deliveries, and a batch of its staged intake rows."""
+    result = session.execute(delete(WebhookDelivery).where(WebhookDelivery.job_id == job_id))
+    return int(cast("CursorResult[Any]", result).rowcount) + drop_staged_batch(session, job_id, limit)
+
+
+# A purge step's batches, in order: each runs only once the ones before it have nothing left. Calls first,
+# each batch rolled up into `usage_days`; its verdict entries stopped answering when it was deleted or passed
+# its retention (jobs/verdicts.py joins the job), here they go; source lists after the items, as an output
+# names its list until its item is gone.
+_PURGE_STEPS: tuple[Callable[[Session, uuid.UUID, int], int], ...] = (
+    roll_up_calls,
+    delete_verdicts,
+    _delete_items,
+    _delete_source_lists,
+    _delete_deliveries_and_staged,
+)
+
+
 def _purgeable(session: Session, job_id: uuid.UUID, retention: Retention, now: datetime) -> Job | None:
     """The job, share-locked until the caller's transaction ends, if it is still to be purged: ended, and
     deleted, already purged, or past its tenant's retention at `now`. None otherwise (gone, live again, or
@@ -169,30 +189,10 @@ def purge_step(
     job = _purgeable(session, job_id, retention or Retention(), now or utcnow())
     if job is None:
         return 0
-    moved = roll_up_calls(session, job_id, limit)
-    if moved:
-        return moved
-    # Its verdict entries stopped answering when it was deleted or passed its retention (jobs/verdicts.py
-    # joins the job); here they go, in the same batches.
-    gone = delete_verdicts(session, job_id, limit)
-    if gone:
-        return gone
-    gone = _delete_items(session, job_id, limit)
-    if gone:
-        return gone
-    # After the items: an output names its list until its item is gone.
-    gone = _delete_source_lists(session, job_id, limit)
-    if gone:
-        return gone
-    gone = int(
-        cast(
-            "CursorResult[Any]",
-            session.execute(delete(WebhookDelivery).where(WebhookDelivery.job_id == job_id)),
-        ).rowcount
-    )
-    gone += drop_staged_batch(session, job_id, limit)
-    if gone:
-        return gone
+    for step in _PURGE_STEPS:
+        gone = step(session, job_id, limit)
+        if gone:
+            return gone
     if job.deleted_at is not None:
         session.execute(delete(Job).where(Job.id == job_id))
         return 1

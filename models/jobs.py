@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+from models.base import Base, BigIntPK, JSONType, UTCDateTime, partial_index, utcnow
 from models.states import ItemStatus, JobStatus
 
 # Job kinds are not listed here: they are the recipes' names (checks/recipes.py), a plain string column.
@@ -94,12 +94,7 @@ class Job(Base):
         Index("ix_jobs_status", "status"),
         # The purge's queue: jobs deleted or past their retention whose rows are not all gone yet. Partial,
         # so it holds only those few (migration 0010).
-        Index(
-            "ix_jobs_purge",
-            "id",
-            postgresql_where=text(PURGE_PENDING_SQL),
-            sqlite_where=text(PURGE_PENDING_SQL),
-        ),
+        partial_index("ix_jobs_purge", "id", where=PURGE_PENDING_SQL),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -201,37 +196,14 @@ class Item(Base):
         # Only repeated requests keep a dedupe key, only child items have a parent and the sweeper only
         # reads running items' leases: each index holds just those rows. Every query reading them names a
         # value its condition implies (`dedupe_key = …`, `parent_id = …`, `status = 'running'`).
-        Index(
-            "ix_items_job_dedupe",
-            "job_id",
-            "dedupe_key",
-            postgresql_where=text(DEDUPED_SQL),
-            sqlite_where=text(DEDUPED_SQL),
-        ),
-        Index(
-            "ix_items_parent_id", "parent_id", postgresql_where=text(CHILD_SQL), sqlite_where=text(CHILD_SQL)
-        ),
-        Index(
-            "ix_items_pack_of", "pack_of", postgresql_where=text(PACKED_SQL), sqlite_where=text(PACKED_SQL)
-        ),
-        Index(
-            "ix_items_running_lease",
-            "lease_until",
-            postgresql_where=text(RUNNING_SQL),
-            sqlite_where=text(RUNNING_SQL),
-        ),
+        partial_index("ix_items_job_dedupe", "job_id", "dedupe_key", where=DEDUPED_SQL),
+        partial_index("ix_items_parent_id", "parent_id", where=CHILD_SQL),
+        partial_index("ix_items_pack_of", "pack_of", where=PACKED_SQL),
+        partial_index("ix_items_running_lease", "lease_until", where=RUNNING_SQL),
         # What the scheduler reads many times a second: a job's dispatchable items of one endpoint in
         # order, and the items in flight (dispatched, not settled) per upstream scope. Partial, so both
         # stay the size of the work they describe, not of the table.
-        Index(
-            "ix_items_ready",
-            "job_id",
-            "endpoint",
-            "position",
-            "id",
-            postgresql_where=text(READY_SQL),
-            sqlite_where=text(READY_SQL),
-        ),
+        partial_index("ix_items_ready", "job_id", "endpoint", "position", "id", where=READY_SQL),
         # The claims report: per (job, mode) in input order, with everything its scorecards, replay,
         # calibration and filters read, so they are index-only scans of the job's entries.
         Index(
@@ -241,13 +213,7 @@ class Item(Base):
             "position",
             postgresql_include=["claim_p", "claim_label", "status", "custom_id"],
         ),
-        Index(
-            "ix_items_in_flight",
-            "scope",
-            "enqueued_at",
-            postgresql_where=text(IN_FLIGHT_SQL),
-            sqlite_where=text(IN_FLIGHT_SQL),
-        ),
+        partial_index("ix_items_in_flight", "scope", "enqueued_at", where=IN_FLIGHT_SQL),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
