@@ -302,15 +302,22 @@ def usage_of_rows(calls: Sequence[CallRow]) -> ItemUsage:
     )
 
 
+# What a set of `api_calls` rows adds up to, as every usage read sums it: HTTP attempts (an answer taken from
+# the verdict store is none), billed searches, tokens in and out, dollars.
+CALL_SUMS = (
+    func.count().filter(ApiCall.reused.is_(False)),
+    func.coalesce(func.sum(ApiCall.searches), 0),
+    func.coalesce(func.sum(ApiCall.input_tokens), 0),
+    func.coalesce(func.sum(ApiCall.output_tokens), 0),
+    func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+)
+
+
 def item_usage(session: Session, item_id: int) -> ItemUsage:
     """The usage of every `api_calls` row of an item (all tries)."""
     row = session.execute(
         select(
-            func.count().filter(ApiCall.reused.is_(False)),
-            func.coalesce(func.sum(ApiCall.searches), 0),
-            func.coalesce(func.sum(ApiCall.input_tokens), 0),
-            func.coalesce(func.sum(ApiCall.output_tokens), 0),
-            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+            *CALL_SUMS,
             func.coalesce(func.sum(ApiCall.latency_ms), 0.0),
             func.coalesce(func.sum(ApiCall.wait_ms), 0.0),
         ).where(ApiCall.item_id == item_id)

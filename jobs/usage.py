@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, Date, cast, func, select
 from sqlalchemy.orm import Session
 
 from checks.usage import DayRange
-from jobs.items import NO_USAGE, ItemUsage, UsageJson
+from jobs.items import CALL_SUMS, NO_USAGE, ItemUsage, UsageJson
 from models import ApiCall, UsageDay
 from models.jobs import EndpointTotals, UsageTotals
 
@@ -31,19 +31,15 @@ def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid
         select(
             ApiCall.job_id,
             ApiCall.endpoint,
-            func.count().filter(ApiCall.reused.is_(False)),
-            func.coalesce(func.sum(ApiCall.input_tokens), 0),
-            func.coalesce(func.sum(ApiCall.output_tokens), 0),
-            func.coalesce(func.sum(ApiCall.searches), 0),
-            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
-            func.count().filter(ApiCall.status_code == 429),
+            *CALL_SUMS,
             func.count().filter(ApiCall.reused.is_(True)),
+            func.count().filter(ApiCall.status_code == 429),
         )
         .where(ApiCall.job_id.in_(list(job_ids)))
         .group_by(ApiCall.job_id, ApiCall.endpoint)
     ).all()
     by_job: dict[uuid.UUID, dict[str, EndpointTotals]] = {jid: {} for jid in job_ids}
-    for job_id, endpoint, calls, tin, tout, searches, cost, throttled, reused in rows:
+    for job_id, endpoint, calls, searches, tin, tout, cost, reused, throttled in rows:
         by_job[job_id][endpoint] = {
             "http_attempts": int(calls),
             "reused": int(reused),
@@ -256,11 +252,7 @@ def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> Tena
             day,
             ApiCall.endpoint,
             ApiCall.model,
-            func.count().filter(ApiCall.reused.is_(False)),
-            func.coalesce(func.sum(ApiCall.searches), 0),
-            func.coalesce(func.sum(ApiCall.input_tokens), 0),
-            func.coalesce(func.sum(ApiCall.output_tokens), 0),
-            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+            *CALL_SUMS,
             func.count().filter(ApiCall.reused.is_(True)),
         )
         .where(ApiCall.tenant_id == tenant_id, ApiCall.created_at >= start, ApiCall.created_at < end)
