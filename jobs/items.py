@@ -54,8 +54,6 @@ _MODEL_CHARS = 64
 _REQUEST_ID_CHARS = 128
 _ERROR_CHARS = 4_000
 
-_LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling", "cancelled")))
-
 
 # --- the per-item statements, each named once ------------------------------------------------------------
 #
@@ -69,6 +67,9 @@ _LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling
 _ITEMS = cast(Table, Item.__table__)
 _CALLS = cast(Table, ApiCall.__table__)
 _JOBS = cast(Table, Job.__table__)
+_THIS_ITEM = _ITEMS.c.id == bindparam("item_id")
+# The item's job is neither cancelling nor cancelled.
+_LIVE_JOB = exists().where(_JOBS.c.id == _ITEMS.c.job_id, _JOBS.c.status.not_in(("cancelling", "cancelled")))
 
 
 @dataclass(frozen=True)
@@ -124,12 +125,7 @@ CLAIM = Statement(
         "RETURNING job_id, attempts, stage, mode, custom_id, input, dedupe_key"
     ),
     core=update(_ITEMS)
-    .where(
-        _ITEMS.c.id == bindparam("item_id"),
-        _ITEMS.c.status == "pending",
-        _ITEMS.c.tries < bindparam("max_tries"),
-        exists().where(_JOBS.c.id == _ITEMS.c.job_id, _JOBS.c.status.not_in(("cancelling", "cancelled"))),
-    )
+    .where(_THIS_ITEM, _ITEMS.c.status == "pending", _ITEMS.c.tries < bindparam("max_tries"), _LIVE_JOB)
     .values(
         status="running",
         attempts=_ITEMS.c.attempts + 1,
@@ -156,11 +152,7 @@ SETTLE = Statement(
         "WHERE id = %(item_id)s AND status = 'running' AND attempts = %(token)s"
     ),
     core=update(_ITEMS)
-    .where(
-        _ITEMS.c.id == bindparam("item_id"),
-        _ITEMS.c.status == "running",
-        _ITEMS.c.attempts == bindparam("token"),
-    )
+    .where(_THIS_ITEM, _ITEMS.c.status == "running", _ITEMS.c.attempts == bindparam("token"))
     .values(
         status=bindparam("to_status"),
         output=bindparam("to_output", type_=_ITEMS.c.output.type),
