@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import (
@@ -326,14 +326,15 @@ def item_usage(session: Session, item_id: int) -> ItemUsage:
     )
 
 
-@dataclass(frozen=True)
-class _JobStatic:
+class _JobStatic(NamedTuple):
+    """What a claimed item needs of its job: all fixed at intake, so a worker reads them once per job."""
+
     tenant_id: uuid.UUID
     options: dict[str, Any]  # ClaimedItem.options: the job's validated options (checks/kinds/*)
     kind: str
 
 
-# Job id -> what a claimed item needs of its job, bounded: past `_JOB_STATIC_MAX` jobs the cache starts over.
+# By job id, bounded: past `_JOB_STATIC_MAX` jobs the cache starts over.
 _JOB_STATIC: dict[uuid.UUID, _JobStatic] = {}
 _JOB_STATIC_MAX = 1_024
 
@@ -368,19 +369,19 @@ def try_claim(
     if claimed is None:
         return None
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
-    job = _job_static(session, job_id)
+    tenant_id, options, kind = _job_static(session, job_id)
     return ClaimedItem(
         id=item_id,
         job_id=job_id,
-        tenant_id=job.tenant_id,
+        tenant_id=tenant_id,
         stage=stage,
         mode=mode,
         custom_id=custom_id,
         input=input_,
         token=attempts,
-        options=job.options,
+        options=options,
         dedupe_key=dedupe_key,
-        kind=job.kind,
+        kind=kind,
     )
 
 
