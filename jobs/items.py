@@ -57,7 +57,7 @@ _ERROR_CHARS = 4_000
 
 # --- the per-item statements, each named once ------------------------------------------------------------
 #
-# A claim and a settle run twice per upstream request, so each is written once as a named statement and run
+# Every upstream request costs a claim and a settle, so each is written once as a named statement and run
 # through one place (`_run`). On Postgres its text goes straight to psycopg on the session's or bare
 # connection (jobs/driver.py), prepared server-side: even a prebuilt SQLAlchemy statement costs an execution
 # context, its parameters processed one by one and a result wrapper — about as much Python again as
