@@ -147,7 +147,7 @@ def insert_claim_items(session: Session, job_id: uuid.UUID, *, model: str, modes
     repeat none, and their items are inserted straight from the staged rows, without the grouping and join
     that find the repeats (`_REPEATS_JOIN`), which only a batch that may hold some pays for."""
     values = ", ".join(f"({i}, :mode{i})" for i in range(len(modes)))
-    params: dict[str, Any] = {"job": job_id, "model": model, "n": len(modes)}
+    params: dict[str, object] = {"job": job_id, "model": model, "n": len(modes)}
     params.update({f"mode{i}": mode for i, mode in enumerate(modes)})
     _raise_work_mem(session)
     repeats = _may_repeat(session, job_id)

@@ -14,7 +14,7 @@ mode) keep the SQLAlchemy path; `driver_of` says which applies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -111,7 +111,9 @@ def sqlalchemy_side(session: Executor) -> Session | Connection:
     return session
 
 
-def on_driver(conn: Connection | DriverConnection, sql: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+def on_driver(
+    conn: Connection | DriverConnection, sql: str, params: Mapping[str, object]
+) -> psycopg.Cursor[Any]:
     """Run one Postgres statement on the connection's psycopg connection, prepared server-side, with the
     errors SQLAlchemy would raise (an OperationalError stays an infrastructure fault, and a connection
     the server dropped is invalidated so the pool never hands it out again)."""

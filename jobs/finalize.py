@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -29,7 +28,7 @@ log = logging.getLogger("factgate.jobs")
 ENDED = tuple(sorted(JobStatus.ended()))
 
 
-def build_summary(session: Session, job: Job) -> dict[str, Any]:
+def build_summary(session: Session, job: Job) -> dict[str, object]:
     """The kind's report totals (its recipe's summary contract), as stored on the job. A kind's summary
     also holds what its pages read instead of counting every item per view (claims: calibration bins)."""
     return job_kind(job.kind).summarize(session, job).dump()
@@ -79,7 +78,7 @@ def maybe_finalize(session: Session, job_id: uuid.UUID) -> bool:
         return False
     session.refresh(job)
     try:
-        values: dict[str, Any] = {"summary": None, "usage": usage_totals(session, job_id)}
+        values: dict[str, object] = {"summary": None, "usage": usage_totals(session, job_id)}
         if counts.total:  # a job cancelled before its items were built has nothing to summarize
             summary = build_summary(session, job)
             summary["request_counts"] = counts.as_dict()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
+from pydantic import JsonValue
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -35,7 +36,8 @@ class UnitSpec:
     stage: str
     custom_id: str
     mode: str
-    input: dict[str, Any]
+    # What the item's handler reads: its kind's own JSON (the stage's planner builds it).
+    input: dict[str, JsonValue]
     dedupe_key: str | None = None
     endpoint: str = "decisions"
     # Units of one spawn with the same `pack` are answered by one upstream request (jobs/packs.py).
@@ -69,10 +71,10 @@ def create_job(
     *,
     tenant_id: uuid.UUID,
     kind: str,
-    options: dict[str, Any],
+    options: dict[str, JsonValue],
     units: Sequence[UnitSpec],
     idempotency_key: str | None = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, JsonValue] | None = None,
     warnings: Sequence[str] = (),
     simulated: bool = False,
     submission_sha256: str | None = None,
@@ -137,9 +139,9 @@ def insert_job(
     *,
     tenant_id: uuid.UUID,
     kind: str,
-    options: dict[str, Any],
+    options: dict[str, JsonValue],
     idempotency_key: str | None = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, JsonValue] | None = None,
     warnings: Sequence[str] = (),
     simulated: bool = False,
     submission_sha256: str | None = None,

@@ -20,16 +20,15 @@ nothing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import (
-    Interval,
+    Executable,
     Table,
-    Update,
     bindparam,
     exists,
     func,
@@ -38,14 +37,13 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from jobs.clock import after, uses_database_clock
-from jobs.driver import DriverConnection, Executor, driver_of, on_driver
+from jobs.clock import after
+from jobs.driver import Executor, driver_of, on_driver, sqlalchemy_side
 from jobs.records import CallRow, ClaimedItem
 from jobs.source_lists import INSERT_CTE_SQL, sources_apart, store_sources
-from models import ApiCall, Item, Job, SourceList, utcnow
+from models import ApiCall, Item, Job, utcnow
 from models.base import UTCDateTime
 
 CANCELLED_ERROR = "job cancelled"
@@ -57,33 +55,77 @@ _REQUEST_ID_CHARS = 128
 _ERROR_CHARS = 4_000
 
 
-# Job id -> (tenant id, options, kind). All are fixed at intake, so a worker reads them once per job.
-_JOB_STATIC: dict[uuid.UUID, tuple[uuid.UUID, dict[str, Any], str]] = {}
-_JOB_STATIC_MAX = 1_024
-# What the one-statement operations run on: a session, or — cheaper, for a statement on its own — a
-# connection in autocommit (jobs/driver.py:statement_scope): `Executor`.
-_LIVE_JOB = exists().where(Job.id == Item.job_id, Job.status.not_in(("cancelling", "cancelled")))
-
-# The statements every item runs (a claim, then a settle: twice per upstream request) are built once, on
-# the tables rather than the mapped classes. A prebuilt statement's cache key is memoized, so each run
-# costs binding its values — not building the expression, computing its cache key and going through the
-# ORM's bulk UPDATE/INSERT machinery, which together cost more than the database's own work here
-# (measured: about 1.3 ms of Python per item; docs/architecture.md, "Modes of running", facts measured).
+# --- the per-item statements, each named once ------------------------------------------------------------
+#
+# Every upstream request costs a claim and a settle, so each is written once as a named statement and run
+# through one place (`_run`). On Postgres its text goes straight to psycopg on the session's or bare
+# connection (jobs/driver.py), prepared server-side: even a prebuilt SQLAlchemy statement costs an execution
+# context, its parameters processed one by one and a result wrapper — about as much Python again as
+# psycopg's own work (the ceiling bench's profile: docs/profiles/README.md). Elsewhere (SQLite, embedded
+# mode) the same statement runs prebuilt on the tables: a prebuilt statement's cache key is memoized, so a
+# run costs binding its values, not building the expression and going through the ORM's bulk machinery.
 _ITEMS = cast(Table, Item.__table__)
 _CALLS = cast(Table, ApiCall.__table__)
 _JOBS = cast(Table, Job.__table__)
-_SOURCES = cast(Table, SourceList.__table__)
-_LIVE_JOB_T = exists().where(
-    _JOBS.c.id == _ITEMS.c.job_id, _JOBS.c.status.not_in(("cancelling", "cancelled"))
-)
-_CLAIM = (
-    update(_ITEMS)
-    .where(
-        _ITEMS.c.id == bindparam("item_id"),
-        _ITEMS.c.status == "pending",
-        _ITEMS.c.tries < bindparam("max_tries"),
-        _LIVE_JOB_T,
-    )
+_THIS_ITEM = _ITEMS.c.id == bindparam("item_id")
+# The item's job is neither cancelling nor cancelled.
+_LIVE_JOB = exists().where(_JOBS.c.id == _ITEMS.c.job_id, _JOBS.c.status.not_in(("cancelling", "cancelled")))
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One named operation: its Postgres text and the same statement for SQLAlchemy (None: Postgres only).
+    `json` names the parameters psycopg is handed as JSONB (SQLAlchemy's column types encode them)."""
+
+    name: str
+    sql: str
+    core: Executable | None
+    json: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a statement did: the rows it changed, and the first row it returned (None: none)."""
+
+    rowcount: int
+    row: Sequence[Any] | None
+
+
+def _run(session: Executor, statement: Statement, params: dict[str, object]) -> Ran:
+    """Run `statement` on Postgres's psycopg connection (inside a session's transaction, for a session),
+    or through SQLAlchemy on another database."""
+    if isinstance(session, Session) and session.autoflush:
+        session.flush()  # as `Session.execute` would: the statement must see what the session added
+    driver = driver_of(session)
+    if driver is not None:
+        for name in statement.json:
+            if name in params:
+                params[name] = Jsonb(params[name])
+        cursor = on_driver(driver, statement.sql, params)
+        return Ran(cursor.rowcount, cursor.fetchone() if cursor.description is not None else None)
+    side = sqlalchemy_side(session)
+    dialect = side.get_bind().dialect if isinstance(side, Session) else side.dialect
+    if dialect.name == "postgresql" or statement.core is None:
+        # Postgres is reached through psycopg (config/settings.py); the lease's clock depends on it.
+        raise ValueError(f"statement {statement.name} runs on Postgres through psycopg only")
+    result = side.execute(statement.core, params)
+    returns_rows = getattr(result, "returns_rows", False)
+    return Ran(getattr(result, "rowcount", 0) or 0, result.first() if returns_rows else None)
+
+
+# A pending item of a live job with tries left becomes ours. The lease runs by the database's clock where
+# there is one (Postgres: `lease_for`, jobs/clock.py), else by this process's (`lease_to`).
+CLAIM = Statement(
+    name="claim",
+    sql=(
+        "UPDATE items SET status = 'running', attempts = attempts + 1, tries = tries + 1, not_before = NULL, "
+        "lease_until = now() + %(lease_for)s "
+        "WHERE id = %(item_id)s AND status = 'pending' AND tries < %(max_tries)s AND EXISTS ("
+        "SELECT FROM jobs WHERE jobs.id = items.job_id AND jobs.status NOT IN ('cancelling', 'cancelled')) "
+        "RETURNING job_id, attempts, stage, mode, custom_id, input, dedupe_key"
+    ),
+    core=update(_ITEMS)
+    .where(_THIS_ITEM, _ITEMS.c.status == "pending", _ITEMS.c.tries < bindparam("max_tries"), _LIVE_JOB)
     .values(
         status="running",
         attempts=_ITEMS.c.attempts + 1,
@@ -99,24 +141,32 @@ _CLAIM = (
         _ITEMS.c.custom_id,
         _ITEMS.c.input,
         _ITEMS.c.dedupe_key,
-    )
+    ),
 )
-# The same claim with the lease counted by the database's clock (jobs/clock.py): Postgres.
-_CLAIM_DB_CLOCK = _CLAIM.values(lease_until=func.now() + bindparam("lease_for", type_=Interval()))
-_SETTLE = (
-    update(_ITEMS)
-    .where(
-        _ITEMS.c.id == bindparam("item_id"),
-        _ITEMS.c.status == "running",
-        _ITEMS.c.attempts == bindparam("token"),
-    )
+# A running item we hold (the lease token `attempts`) moves to a terminal status.
+SETTLE = Statement(
+    name="settle",
+    sql=(
+        "UPDATE items SET status = %(to_status)s, output = %(to_output)s, error = %(to_error)s, "
+        "lease_until = NULL, finished_at = %(at)s "
+        "WHERE id = %(item_id)s AND status = 'running' AND attempts = %(token)s"
+    ),
+    core=update(_ITEMS)
+    .where(_THIS_ITEM, _ITEMS.c.status == "running", _ITEMS.c.attempts == bindparam("token"))
     .values(
         status=bindparam("to_status"),
         output=bindparam("to_output", type_=_ITEMS.c.output.type),
         error=bindparam("to_error"),
         lease_until=None,
         finished_at=bindparam("at", type_=UTCDateTime()),
-    )
+    ),
+    json=("to_output",),
+)
+# A job's tenant, options and kind: fixed at intake, so a worker reads them once per job (`_job_static`).
+JOB_STATIC = Statement(
+    name="job_static",
+    sql="SELECT tenant_id, options, kind FROM jobs WHERE id = %(job_id)s",
+    core=select(_JOBS.c.tenant_id, _JOBS.c.options, _JOBS.c.kind).where(_JOBS.c.id == bindparam("job_id")),
 )
 _INSERT_CALL = insert(_CALLS)
 _CALL_COLUMNS = (
@@ -139,77 +189,45 @@ _CALL_COLUMNS = (
     "created_at",
     "reused",
 )
-# `_SETTLE` with the try's call rows inserted by a CTE, by number of rows (usually 1; at most the client's
-# attempts per call times the calls of one item) and whether a claim's source list is stored with it.
-_SETTLE_WITH_CALLS: dict[tuple[int, bool], Update] = {}
-# A claim's source list stored for its job unless there already (jobs/source_lists.py), as a CTE.
-_SOURCES_CTE = (
-    postgresql.insert(_SOURCES)
-    .values(
-        job_id=bindparam("src_job", type_=_SOURCES.c.job_id.type),
-        digest=bindparam("src_digest", type_=_SOURCES.c.digest.type),
-        sources=bindparam("src_sources", type_=_SOURCES.c.sources.type),
-    )
-    .on_conflict_do_nothing()
-)
+_SETTLE_WITH: dict[tuple[int, bool], Statement] = {}
 
 
-def _settle_with_calls(n: int, sources: bool = False) -> Update:
-    """One statement that inserts `n` call rows (and the claim's source list, if `sources`) and settles the
-    item: Postgres runs a data-modifying CTE exactly once, whether or not the UPDATE matches, so the calls
+def settle_with(calls: int, sources: bool) -> Statement:
+    """`SETTLE` with the try's `calls` call rows (usually 1; at most the client's attempts per call times the
+    calls of one item) and, if `sources`, a claim's source list (jobs/source_lists.py) inserted by
+    data-modifying CTEs: Postgres runs those exactly once whether or not the UPDATE matches, so the calls
     are kept even when the lease was lost (and a list stored then is only a list no output names yet)."""
-    statement = _SETTLE_WITH_CALLS.get((n, sources))
+    if not calls and not sources:
+        return SETTLE
+    statement = _SETTLE_WITH.get((calls, sources))
     if statement is None:
-        # One single-row INSERT per call: a multi-row VALUES has no cache key (it would compile every time).
-        inserts = [
-            insert(_CALLS)
-            .values({c: bindparam(f"{c}_{i}", type_=_CALLS.c[c].type) for c in _CALL_COLUMNS})
-            .cte(f"call_{i}")
-            for i in range(n)
-        ]
-        if sources:
-            inserts.append(_SOURCES_CTE.cte("src"))
-        statement = _SETTLE.add_cte(*inserts) if inserts else _SETTLE
-        _SETTLE_WITH_CALLS[(n, sources)] = statement
-    return statement
-
-
-# The same two statements as Postgres text, sent straight to psycopg on a bare connection (`jobs/driver.py`):
-# even a prebuilt statement costs SQLAlchemy an execution context, its parameters processed one by one (17
-# per call row) and a result wrapper — about as much Python again as psycopg's own work. Measured in the
-# ceiling bench's profile (docs/profiles/): claim and settle were a quarter of a worker's CPU per claim.
-# The texts say exactly what `_CLAIM_DB_CLOCK` and `_settle_with_calls` say (the lease by the database's
-# clock, jobs/clock.py); tests/integration/test_item_lifecycle.py runs both paths.
-_CLAIM_SQL = (
-    "UPDATE items SET status = 'running', attempts = attempts + 1, tries = tries + 1, not_before = NULL, "
-    "lease_until = now() + %(lease_for)s "
-    "WHERE id = %(item_id)s AND status = 'pending' AND tries < %(max_tries)s AND EXISTS ("
-    "SELECT FROM jobs WHERE jobs.id = items.job_id AND jobs.status NOT IN ('cancelling', 'cancelled')) "
-    "RETURNING job_id, attempts, stage, mode, custom_id, input, dedupe_key"
-)
-_SETTLE_SQL = (
-    "UPDATE items SET status = %(to_status)s, output = %(to_output)s, error = %(to_error)s, "
-    "lease_until = NULL, finished_at = %(at)s "
-    "WHERE id = %(item_id)s AND status = 'running' AND attempts = %(token)s"
-)
-_SETTLE_SQL_WITH_CALLS: dict[tuple[int, bool], str] = {}
-
-
-def _settle_sql(n: int, sources: bool = False) -> str:
-    """`_SETTLE_SQL` with `n` call rows (and the claim's source list, if `sources`) inserted by
-    data-modifying CTEs (see `_settle_with_calls`)."""
-    sql = _SETTLE_SQL_WITH_CALLS.get((n, sources))
-    if sql is None:
         ctes = [
             f"call_{i} AS (INSERT INTO api_calls ({', '.join(_CALL_COLUMNS)}) "  # noqa: S608 - fixed names
             f"VALUES ({', '.join(f'%({c}_{i})s' for c in _CALL_COLUMNS)}))"
-            for i in range(n)
+            for i in range(calls)
         ]
         if sources:
             ctes.append(INSERT_CTE_SQL)
-        sql = f"WITH {', '.join(ctes)} {_SETTLE_SQL}" if ctes else _SETTLE_SQL
-        _SETTLE_SQL_WITH_CALLS[(n, sources)] = sql
-    return sql
+        statement = Statement(
+            name=f"settle_with_{calls}_calls{'_and_sources' if sources else ''}",
+            sql=f"WITH {', '.join(ctes)} {SETTLE.sql}",
+            core=None,
+            json=(*SETTLE.json, "src_sources"),
+        )
+        _SETTLE_WITH[(calls, sources)] = statement
+    return statement
+
+
+class UsageJson(TypedDict):
+    """An item's `usage` as its output stores it (`ItemUsage.as_dict`)."""
+
+    attempts: int
+    searches: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    upstream_latency_s: float
+    queue_wait_s: float
 
 
 @dataclass(frozen=True)
@@ -225,7 +243,7 @@ class ItemUsage:
     upstream_latency_s: float = 0.0
     queue_wait_s: float = 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> UsageJson:
         # Spelled out rather than `dataclasses.asdict`, which copies recursively: once per item settled, it
         # was 1 % of a worker's CPU at the ceiling. tests/unit pin the keys to the fields.
         return {
@@ -276,15 +294,22 @@ def usage_of_rows(calls: Sequence[CallRow]) -> ItemUsage:
     )
 
 
+# What a set of `api_calls` rows adds up to, as every usage read sums it: HTTP attempts (an answer taken from
+# the verdict store is none), billed searches, tokens in and out, dollars.
+CALL_SUMS = (
+    func.count().filter(ApiCall.reused.is_(False)),
+    func.coalesce(func.sum(ApiCall.searches), 0),
+    func.coalesce(func.sum(ApiCall.input_tokens), 0),
+    func.coalesce(func.sum(ApiCall.output_tokens), 0),
+    func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+)
+
+
 def item_usage(session: Session, item_id: int) -> ItemUsage:
     """The usage of every `api_calls` row of an item (all tries)."""
     row = session.execute(
         select(
-            func.count().filter(ApiCall.reused.is_(False)),
-            func.coalesce(func.sum(ApiCall.searches), 0),
-            func.coalesce(func.sum(ApiCall.input_tokens), 0),
-            func.coalesce(func.sum(ApiCall.output_tokens), 0),
-            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+            *CALL_SUMS,
             func.coalesce(func.sum(ApiCall.latency_ms), 0.0),
             func.coalesce(func.sum(ApiCall.wait_ms), 0.0),
         ).where(ApiCall.item_id == item_id)
@@ -301,24 +326,29 @@ def item_usage(session: Session, item_id: int) -> ItemUsage:
     )
 
 
-_JOB_STATIC_SQL = "SELECT tenant_id, options, kind FROM jobs WHERE id = %(job_id)s"
+class _JobStatic(NamedTuple):
+    """What a claimed item needs of its job: all fixed at intake, so a worker reads them once per job."""
+
+    tenant_id: uuid.UUID
+    options: dict[str, Any]  # ClaimedItem.options: the job's validated options (checks/kinds/*)
+    kind: str
 
 
-def _job_static(session: Executor, job_id: uuid.UUID) -> tuple[uuid.UUID, dict[str, Any], str]:
+# By job id, bounded: past `_JOB_STATIC_MAX` jobs the cache starts over.
+_JOB_STATIC: dict[uuid.UUID, _JobStatic] = {}
+_JOB_STATIC_MAX = 1_024
+
+
+def _job_static(session: Executor, job_id: uuid.UUID) -> _JobStatic:
     hit = _JOB_STATIC.get(job_id)
     if hit is None:
-        if isinstance(session, DriverConnection):
-            row = on_driver(session, _JOB_STATIC_SQL, {"job_id": job_id}).fetchone()
-            if row is None:
-                raise LookupError(f"job {job_id} not found")
-            tenant_id, options, kind = row
-        else:
-            tenant_id, options, kind = session.execute(
-                select(Job.tenant_id, Job.options, Job.kind).where(Job.id == job_id)
-            ).one()
+        row = _run(session, JOB_STATIC, {"job_id": job_id}).row
+        if row is None:
+            raise LookupError(f"job {job_id} not found")
+        tenant_id, options, kind = row
         if len(_JOB_STATIC) >= _JOB_STATIC_MAX:
             _JOB_STATIC.clear()
-        hit = _JOB_STATIC[job_id] = (tenant_id, options, str(kind))
+        hit = _JOB_STATIC[job_id] = _JobStatic(tenant_id, options, str(kind))
     return hit
 
 
@@ -328,22 +358,14 @@ def try_claim(
     """The common case of `claim_item` alone: a pending item of a live job with tries left becomes ours, in
     one conditional UPDATE (one round trip: it needs no transaction around it). None when that misses; the
     caller then runs `claim_item` in a transaction to apply the other rules."""
-    driver = driver_of(session) if not isinstance(session, Session) else None
-    if driver is not None:  # Postgres: the lease by the database's clock (jobs/clock.py)
-        params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
-        claimed = on_driver(driver, _CLAIM_SQL, params).fetchone()
-    elif isinstance(session, DriverConnection):
-        raise TypeError("a driver connection is Postgres only")
-    elif uses_database_clock(session):
-        params = {"item_id": item_id, "max_tries": max_tries, "lease_for": timedelta(seconds=lease_s)}
-        claimed = session.execute(_CLAIM_DB_CLOCK, params).first()
-    else:
-        params = {
-            "item_id": item_id,
-            "max_tries": max_tries,
-            "lease_to": utcnow() + timedelta(seconds=lease_s),
-        }
-        claimed = session.execute(_CLAIM, params).first()
+    lease = timedelta(seconds=lease_s)
+    params: dict[str, object] = {
+        "item_id": item_id,
+        "max_tries": max_tries,
+        "lease_for": lease,
+        "lease_to": utcnow() + lease,
+    }
+    claimed = _run(session, CLAIM, params).row
     if claimed is None:
         return None
     job_id, attempts, stage, mode, custom_id, input_, dedupe_key = claimed
@@ -424,7 +446,8 @@ def extend_leases(session: Session, held: Sequence[tuple[int, int]], lease_s: fl
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-def _call_values(item: ClaimedItem, calls: Sequence[CallRow], now: datetime) -> list[dict[str, Any]]:
+def _call_values(item: ClaimedItem, calls: Sequence[CallRow], now: datetime) -> list[dict[str, object]]:
+    """Each call's `api_calls` row, by column (`_CALL_COLUMNS`)."""
     return [
         {
             "tenant_id": item.tenant_id,
@@ -476,7 +499,7 @@ def _settle_duplicates(
     dedupe_key: str,
     *,
     status: str,
-    output: dict[str, Any] | None,
+    output: Mapping[str, object] | None,
     error: str | None,
 ) -> None:
     """Pending repeats of the leader's request take its result, but none of its cost."""
@@ -495,27 +518,30 @@ def _settle_duplicates(
     )
 
 
+def _settle_params(
+    item: ClaimedItem, status: str, output: Mapping[str, object] | None, error: str | None, at: datetime
+) -> dict[str, object]:
+    """The parameters of `SETTLE` (and of `settle_with`, which adds its rows' own)."""
+    return {
+        "item_id": item.id,
+        "token": item.token,
+        "to_status": status,
+        "to_output": output,
+        "to_error": error,
+        "at": at,
+    }
+
+
 def _settle(
     session: Session,
     item: ClaimedItem,
     *,
     status: str,
-    output: dict[str, Any] | None,
+    output: Mapping[str, object] | None,
     error: str | None,
 ) -> bool:
     """Move a running item we hold to a terminal status, and its pending duplicates with it."""
-    result = session.execute(
-        _SETTLE,
-        {
-            "item_id": item.id,
-            "token": item.token,
-            "to_status": status,
-            "to_output": output,
-            "to_error": error,
-            "at": utcnow(),
-        },
-    )
-    if not getattr(result, "rowcount", 0):
+    if not _run(session, SETTLE, _settle_params(item, status, output, error, utcnow())).rowcount:
         return False  # our lease was taken over; the new holder writes the result
     if item.dedupe_key is not None:
         _settle_duplicates(
@@ -524,10 +550,26 @@ def _settle(
     return True
 
 
+def _settle_try(
+    session: Session,
+    item: ClaimedItem,
+    calls: Sequence[CallRow],
+    *,
+    status: str,
+    output: Mapping[str, object],
+    error: str | None,
+    usage: ItemUsage | None,
+) -> bool:
+    """Record the try's calls, then settle with the usage of every try (`usage`, if given, instead)."""
+    record_calls(session, item, calls)
+    out = {**output, "usage": (usage or _usage_after(session, item, calls)).as_dict()}
+    return _settle(session, item, status=status, output=out, error=error)
+
+
 def finish_item(
     session: Session,
     item: ClaimedItem,
-    output: dict[str, Any],
+    output: Mapping[str, object],
     calls: Sequence[CallRow] = (),
     *,
     usage: ItemUsage | None = None,
@@ -535,13 +577,11 @@ def finish_item(
     """Store a result. False when the lease was lost (the result is discarded, the calls are kept). A
     claim's sources are stored once for its job and its output names them (jobs/source_lists.py). `usage`
     is given for a pack's member (its share of the pack's calls, jobs/packs.py), else read from its calls."""
-    record_calls(session, item, calls)
     split = sources_apart(item.stage, output)
     if split is not None:
         store_sources(session, item.job_id, split)
         output = split.output
-    out = {**output, "usage": (usage or _usage_after(session, item, calls)).as_dict()}
-    return _settle(session, item, status="done", output=out, error=None)
+    return _settle_try(session, item, calls, status="done", output=output, error=None, usage=usage)
 
 
 def fail_item(
@@ -549,14 +589,14 @@ def fail_item(
     item: ClaimedItem,
     error: str,
     calls: Sequence[CallRow] = (),
-    output: dict[str, Any] | None = None,
+    output: Mapping[str, object] | None = None,
     *,
     usage: ItemUsage | None = None,
 ) -> bool:
     """Record a final failure with its error (and any partial output), and what every try cost."""
-    record_calls(session, item, calls)
-    out = {**(output or {}), "usage": (usage or _usage_after(session, item, calls)).as_dict()}
-    return _settle(session, item, status="failed", output=out, error=error[:_ERROR_CHARS])
+    return _settle_try(
+        session, item, calls, status="failed", output=output or {}, error=error[:_ERROR_CHARS], usage=usage
+    )
 
 
 def settles_at_once(dialect: str, item: ClaimedItem) -> bool:
@@ -571,42 +611,28 @@ def _settle_at_once(
     item: ClaimedItem,
     *,
     status: str,
-    output: dict[str, Any],
+    output: Mapping[str, object],
     error: str | None,
     calls: Sequence[CallRow],
 ) -> bool:
+    """`_settle_try` in one statement (`settle_with`): the try's call rows, a claim's source list and the
+    settle, with this try's rows as the usage."""
     dialect = session.get_bind().dialect if isinstance(session, Session) else session.dialect
     if not settles_at_once(dialect.name, item):
         raise ValueError(f"item {item.id} cannot settle in one statement")
     now = utcnow()
     split = sources_apart(item.stage, output)
-    params: dict[str, Any] = {
-        "item_id": item.id,
-        "token": item.token,
-        "to_status": status,
-        "to_output": {**(output if split is None else split.output), "usage": usage_of_rows(calls).as_dict()},
-        "to_error": error,
-        "at": now,
-    }
+    out = {**(output if split is None else split.output), "usage": usage_of_rows(calls).as_dict()}
+    params = _settle_params(item, status, out, error, now)
     for i, row in enumerate(_call_values(item, calls, now)):
         params.update({f"{name}_{i}": value for name, value in row.items()})
     if split is not None:
         params.update(src_job=item.job_id, src_digest=uuid.UUID(hex=split.ref), src_sources=split.sources)
-    driver = driver_of(session) if not isinstance(session, Session) else None
-    if driver is not None:
-        params["to_output"] = Jsonb(params["to_output"])
-        if split is not None:
-            params["src_sources"] = Jsonb(split.sources)
-        sql = _settle_sql(len(calls), split is not None)
-        return on_driver(driver, sql, params).rowcount > 0
-    if isinstance(session, DriverConnection):
-        raise TypeError("a driver connection is Postgres only")
-    result = session.execute(_settle_with_calls(len(calls), split is not None), params)
-    return bool(getattr(result, "rowcount", 0))
+    return _run(session, settle_with(len(calls), split is not None), params).rowcount > 0
 
 
 def finish_item_at_once(
-    session: Executor, item: ClaimedItem, output: dict[str, Any], calls: Sequence[CallRow] = ()
+    session: Executor, item: ClaimedItem, output: Mapping[str, object], calls: Sequence[CallRow] = ()
 ) -> bool:
     """`finish_item` as one statement (see `settles_at_once` for when it applies): the call rows and the
     result commit together even without a transaction around them, so a worker can store an outcome in one
@@ -619,7 +645,7 @@ def fail_item_at_once(
     item: ClaimedItem,
     error: str,
     calls: Sequence[CallRow] = (),
-    output: dict[str, Any] | None = None,
+    output: Mapping[str, object] | None = None,
 ) -> bool:
     """`fail_item` as one statement (see `finish_item_at_once`)."""
     return _settle_at_once(
@@ -644,7 +670,7 @@ def release_item(
     visible meanwhile. A try that sent nothing upstream (no calls) is given back: it cost nothing,
     so it does not count against the item's tries."""
     record_calls(session, item, calls)
-    return _release(session, item, error, counted=bool(calls), retry_at=retry_at)
+    return release_member(session, item, error, counted=bool(calls), retry_at=retry_at)
 
 
 def release_member(
@@ -658,19 +684,7 @@ def release_member(
 ) -> bool:
     """`release_item` for a pack's member, whose calls are recorded on its head: `counted` says whether the
     try reached upstream, and `alone` takes it out of its pack, to be sent in a request of its own."""
-    return _release(session, item, error, counted=counted, retry_at=retry_at, alone=alone)
-
-
-def _release(
-    session: Session,
-    item: ClaimedItem,
-    error: str,
-    *,
-    counted: bool,
-    retry_at: datetime | None,
-    alone: bool = False,
-) -> bool:
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "status": "pending",
         "lease_until": None,
         "error": error[:_ERROR_CHARS],

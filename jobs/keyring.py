@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,21 +55,20 @@ class Keyring:
         return self._fernet().encrypt(secret.encode("utf-8")).decode("ascii")
 
     def decrypt(self, token: str) -> str:
-        try:
-            return self._fernet().decrypt(token.encode("ascii")).decode("utf-8")
-        except InvalidToken:
-            raise KeyringError(
-                "a stored tenant key cannot be decrypted with FACTGATE_ENCRYPTION_KEYS (was a key removed "
-                "before `factgate tenants rotate-keys` ran?)"
-            ) from None
+        hint = " (was a key removed before `factgate tenants rotate-keys` ran?)"
+        return self._opened(MultiFernet.decrypt, token, hint).decode("utf-8")
 
     def rotate(self, token: str) -> str:
         """Re-encrypt with the first key (what rotation does to every stored secret)."""
+        return self._opened(MultiFernet.rotate, token).decode("ascii")
+
+    def _opened(self, op: Callable[[MultiFernet, bytes], bytes], token: str, hint: str = "") -> bytes:
+        """`op` on a stored secret, which some configured key must open."""
         try:
-            return self._fernet().rotate(token.encode("ascii")).decode("ascii")
+            return op(self._fernet(), token.encode("ascii"))
         except InvalidToken:
             raise KeyringError(
-                "a stored tenant key cannot be decrypted with FACTGATE_ENCRYPTION_KEYS"
+                f"a stored tenant key cannot be decrypted with FACTGATE_ENCRYPTION_KEYS{hint}"
             ) from None
 
 

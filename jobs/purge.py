@@ -5,9 +5,9 @@ Why batched DELETEs and not partitions: a job's rows are spread over `items`, `a
 per time range. Partitioning `items` by job or by month would make every index and the scheduler's partial
 indexes per partition, turn the foreign keys into per-partition ones, and still not give "drop this job";
 detaching a partition would only pay for itself with thousands of jobs per partition ending together.
-Measured (bench/purge_design.py, docs/architecture.md): dropping a 1,000,000-item job's partitions takes
-2.4 s and no WAL against 39 s and 1.3 GB here, but its DROP locks the referenced tables (a small job's write
-deadlocked with it once), and a per-tenant retention or a delete still needs these batches. So
+Dropping a large job's partitions is much faster and writes almost no WAL (bench/purge_design.py; the
+figures are in docs/profiles/README.md, "The purge"), but its DROP locks the referenced tables (a small job's
+write deadlocked with it once), and a per-tenant retention or a delete still needs these batches. So
 the purge deletes `PURGE_BATCH` rows per statement and per transaction (each a short lock on those rows
 only, never on the table), keyed by the indexes reads already use (`ix_api_calls_job`, `ix_items_job_status`,
 `ix_webhook_deliveries_job`, `ix_intake_rows_job`), and a small job starting meanwhile waits on nothing.
@@ -32,6 +32,7 @@ missing, or a job retried and completed again lost its new results to the purge 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -141,6 +142,25 @@ def _delete_source_lists(session: Session, job_id: uuid.UUID, limit: int) -> int
     return int(cast("CursorResult[Any]", result).rowcount)
 
 
+def _delete_deliveries_and_staged(session: Session, job_id: uuid.UUID, limit: int) -> int:
+    """The job's webhook deliveries, and a batch of its staged intake rows."""
+    result = session.execute(delete(WebhookDelivery).where(WebhookDelivery.job_id == job_id))
+    return int(cast("CursorResult[Any]", result).rowcount) + drop_staged_batch(session, job_id, limit)
+
+
+# A purge step's batches, in order: each runs only once the ones before it have nothing left. Calls first,
+# each batch rolled up into `usage_days`; its verdict entries stopped answering when it was deleted or passed
+# its retention (jobs/verdicts.py joins the job), here they go; source lists after the items, as an output
+# names its list until its item is gone.
+_PURGE_STEPS: tuple[Callable[[Session, uuid.UUID, int], int], ...] = (
+    roll_up_calls,
+    delete_verdicts,
+    _delete_items,
+    _delete_source_lists,
+    _delete_deliveries_and_staged,
+)
+
+
 def _purgeable(session: Session, job_id: uuid.UUID, retention: Retention, now: datetime) -> Job | None:
     """The job, share-locked until the caller's transaction ends, if it is still to be purged: ended, and
     deleted, already purged, or past its tenant's retention at `now`. None otherwise (gone, live again, or
@@ -169,30 +189,10 @@ def purge_step(
     job = _purgeable(session, job_id, retention or Retention(), now or utcnow())
     if job is None:
         return 0
-    moved = roll_up_calls(session, job_id, limit)
-    if moved:
-        return moved
-    # Its verdict entries stopped answering when it was deleted or passed its retention (jobs/verdicts.py
-    # joins the job); here they go, in the same batches.
-    gone = delete_verdicts(session, job_id, limit)
-    if gone:
-        return gone
-    gone = _delete_items(session, job_id, limit)
-    if gone:
-        return gone
-    # After the items: an output names its list until its item is gone.
-    gone = _delete_source_lists(session, job_id, limit)
-    if gone:
-        return gone
-    gone = int(
-        cast(
-            "CursorResult[Any]",
-            session.execute(delete(WebhookDelivery).where(WebhookDelivery.job_id == job_id)),
-        ).rowcount
-    )
-    gone += drop_staged_batch(session, job_id, limit)
-    if gone:
-        return gone
+    for step in _PURGE_STEPS:
+        gone = step(session, job_id, limit)
+        if gone:
+            return gone
     if job.deleted_at is not None:
         session.execute(delete(Job).where(Job.id == job_id))
         return 1

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
+from pydantic import JsonValue
 from sqlalchemy import bindparam, select, tuple_
 from sqlalchemy.orm import Session, defer
 
@@ -59,17 +59,52 @@ def list_jobs(
     return list(session.scalars(stmt.order_by(Job.created_at.desc()).limit(max(1, min(limit, 500)))))
 
 
+class CallView(TypedDict):
+    """One `api_calls` row as the request lookup shows it (`GET /v1/requests/{id}`, the lookup page)."""
+
+    request_id: str | None
+    endpoint: str
+    model: str | None
+    attempt: int
+    status_code: int | None
+    latency_ms: float
+    input_tokens: int
+    output_tokens: int
+    searches: int
+    search_results: int
+    cost_usd: float
+    error: str | None
+    created_at: str
+    # The answer was taken from the verdict store: this job reused the request of the first row (the one
+    # that was sent), at no cost.
+    reused: bool
+
+
+class ItemView(TypedDict):
+    """An item a looked-up call answered. Its input and output are the kind's own JSON, as stored (validated
+    by the kind's contracts when written)."""
+
+    id: int
+    custom_id: str
+    mode: str
+    stage: str
+    status: str
+    input: dict[str, JsonValue]
+    output: dict[str, JsonValue] | None
+    error: str | None
+
+
 @dataclass(frozen=True)
 class RequestLookup:
     """What support needs for one upstream request id: the call, its item and its job."""
 
-    call: dict[str, Any]
+    call: CallView
     job_id: uuid.UUID
     job_kind: str
     job_status: str
-    item: dict[str, Any] | None
+    item: ItemView | None
     # Every item the call answered: the item alone, or each item of a packed request (docs/spec.md §9).
-    items: list[dict[str, Any]]
+    items: list[ItemView]
 
 
 def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> list[RequestLookup]:
@@ -110,8 +145,6 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
                     "cost_usd": call.cost_usd,
                     "error": call.error,
                     "created_at": call.created_at.isoformat(),
-                    # The answer was taken from the verdict store: this job reused the request of the
-                    # first row (the one that was sent), at no cost.
                     "reused": bool(call.reused),
                 },
                 job_id=call.job_id,
@@ -124,7 +157,7 @@ def lookup_request(session: Session, tenant_id: uuid.UUID, request_id: str) -> l
     return out
 
 
-def _item_view(session: Session, item: Item) -> dict[str, Any]:
+def _item_view(session: Session, item: Item) -> ItemView:
     return {
         "id": item.id,
         "custom_id": item.custom_id,
@@ -138,42 +171,17 @@ def _item_view(session: Session, item: Item) -> dict[str, Any]:
     }
 
 
-def iter_unsuccessful_items(session: Session, job: Job) -> Iterator[dict[str, Any]]:
-    """Failed and skipped items in input order, with what support needs: error and request ids.
+class UnsuccessfulItem(TypedDict):
+    """A failed or skipped item as the errors export lists it (`GET /v1/jobs/{id}/errors`, a line each)."""
 
-    The caller has already resolved `job` through `get_job`, which scopes it to the tenant.
-    """
-    rows = session.execute(
-        select(
-            Item.position,
-            Item.custom_id,
-            Item.mode,
-            Item.stage,
-            Item.status,
-            Item.attempts,
-            Item.error,
-            Item.output,
-        )
-        .where(Item.job_id == job.id, Item.status.in_(("failed", "skipped")))
-        .order_by(Item.position)
-        .execution_options(yield_per=2_000)
-    )
-    try:
-        for position, custom_id, mode, stage, status, attempts, error, output in rows:
-            o = output or {}
-            request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
-            yield {
-                "custom_id": custom_id,
-                "mode": mode,
-                "stage": stage,
-                "position": position,
-                "status": status,
-                "error": error,
-                "attempts": attempts,
-                "request_ids": request_ids,
-            }
-    finally:
-        rows.close()  # a stream closed mid-way must not leave the server-side cursor open
+    custom_id: str
+    mode: str
+    stage: str
+    position: int
+    status: str
+    error: str | None
+    attempts: int
+    request_ids: list[str]
 
 
 @dataclass(frozen=True)
@@ -221,9 +229,10 @@ def question_page(session: Session, job: Job, *, after: tuple[int, int] | None, 
 
 def unsuccessful_items_page(
     session: Session, job: Job, after: tuple[int, int], limit: int
-) -> list[tuple[tuple[int, int], dict[str, Any]]]:
-    """`iter_unsuccessful_items` after the keyset cursor `after` (position, id), at most `limit` items,
-    each with its cursor: one short query, for exports read in chunks (web/exports.py)."""
+) -> list[tuple[tuple[int, int], UnsuccessfulItem]]:
+    """Failed and skipped items in input order after the keyset cursor `after` (position, id), at most
+    `limit` items, each with its cursor: one short query, for exports read in chunks (web/exports.py). The
+    caller has already resolved `job` through `get_job`, which scopes it to the tenant."""
     columns = (
         Item.position,
         Item.id,
@@ -238,25 +247,21 @@ def unsuccessful_items_page(
     rows = page_rows(
         session, job.id, columns, after=after, limit=limit, where=(Item.status.in_(("failed", "skipped")),)
     )
-    page: list[tuple[tuple[int, int], dict[str, Any]]] = []
+    page: list[tuple[tuple[int, int], UnsuccessfulItem]] = []
     for position, item_id, custom_id, mode, stage, status, attempts, error, output in rows:
         o = output or {}
         request_ids = o.get("request_ids") or ([o["request_id"]] if o.get("request_id") else [])
-        page.append(
-            (
-                (position, item_id),
-                {
-                    "custom_id": custom_id,
-                    "mode": mode,
-                    "stage": stage,
-                    "position": position,
-                    "status": status,
-                    "error": error,
-                    "attempts": attempts,
-                    "request_ids": request_ids,
-                },
-            )
-        )
+        line: UnsuccessfulItem = {
+            "custom_id": custom_id,
+            "mode": mode,
+            "stage": stage,
+            "position": position,
+            "status": status,
+            "error": error,
+            "attempts": attempts,
+            "request_ids": request_ids,
+        }
+        page.append(((position, item_id), line))
     return page
 
 

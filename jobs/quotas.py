@@ -116,27 +116,39 @@ def live_jobs_of(session: Session, tenant_id: uuid.UUID) -> int:
     )
 
 
+@dataclass(frozen=True)
+class _Budget:
+    """A tenant's budget over a period: its name (the tenant's column), the period's start and end, and
+    how the hold's reason names the period."""
+
+    name: str
+    period: str
+    spent: str
+    start: Callable[[datetime], datetime]
+    end: Callable[[datetime], datetime]
+
+
+# Daily first: it resets sooner.
+_BUDGETS = (
+    _Budget("daily_budget_usd", "daily", "today", day_start, next_day),
+    _Budget("monthly_budget_usd", "monthly", "this month", month_start, next_month),
+)
+
+
 def budget_hold(session: Session, tenant: Tenant, now: datetime) -> Hold | None:
     """The budget the tenant has spent, if any (daily first: it resets sooner)."""
-    if tenant.daily_budget_usd is not None:
-        used = spend_since(session, tenant.id, day_start(now))
-        if used >= tenant.daily_budget_usd:
+    for budget in _BUDGETS:
+        limit: float | None = getattr(tenant, budget.name)
+        if limit is None:
+            continue
+        used = spend_since(session, tenant.id, budget.start(now))
+        if used >= limit:
             return Hold(
-                "daily_budget_usd",
-                tenant.daily_budget_usd,
+                budget.name,
+                limit,
                 round(used, 6),
-                next_day(now),
-                f"the daily budget of ${tenant.daily_budget_usd:.2f} is spent (${used:.2f} today)",
-            )
-    if tenant.monthly_budget_usd is not None:
-        used = spend_since(session, tenant.id, month_start(now))
-        if used >= tenant.monthly_budget_usd:
-            return Hold(
-                "monthly_budget_usd",
-                tenant.monthly_budget_usd,
-                round(used, 6),
-                next_month(now),
-                f"the monthly budget of ${tenant.monthly_budget_usd:.2f} is spent (${used:.2f} this month)",
+                budget.end(now),
+                f"the {budget.period} budget of ${limit:.2f} is spent (${used:.2f} {budget.spent})",
             )
     return None
 

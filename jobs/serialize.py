@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 from sqlalchemy.orm import Session
 
 from checks.contracts import schema_of
@@ -25,6 +25,7 @@ from jobs.progress import RequestCounts, job_counts, jobs_counts
 from jobs.retention import Retention, environment_retention, expires_at
 from jobs.usage import usage_totals, usage_totals_of
 from models import JOB_STATUSES, Job, JobStatus, Tenant
+from models.jobs import UsageTotals
 
 SIMULATED_NOTE = "results come from the bundled simulator, not Perplexity"
 TIMESTAMP_FIELDS = (
@@ -47,6 +48,13 @@ Stamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
 
 _COMPONENT = "x-factgate-component"
+# A JSON object the job carries as it is stored: its options (validated at intake by its kind's recipe), the
+# caller's metadata, its kind's summary (validated by the kind's contract when written). `JsonValue` lets
+# mypy check what reads them; the published schema stays a plain object.
+JsonObject = Annotated[dict[str, JsonValue], WithJsonSchema({"additionalProperties": True, "type": "object"})]
+# Live totals, or the ones stored at finalize as they were written then (models/jobs.py:UsageTotals): passed
+# through as they are, not validated against today's keys. Named here: a field of `JobObject` is `object`.
+UsageObject = Mapping[str, object]
 
 
 def _described(name: str) -> WithJsonSchema:
@@ -101,8 +109,8 @@ class JobObject(BaseModel):
             "`cancelled`, `failed`; `cancelling` after a cancel.",
         ),
     ]
-    options: Annotated[dict[str, Any], Field(description="The validated options, defaults filled in.")]
-    metadata: Annotated[dict[str, Any], _described("Metadata")]
+    options: Annotated[JsonObject, Field(description="The validated options, defaults filled in.")]
+    metadata: Annotated[JsonObject, _described("Metadata")]
     warnings: list[str]
     request_counts: Annotated[dict[str, int], _described("RequestCounts")]
     request_counts_as_of: Annotated[
@@ -113,13 +121,13 @@ class JobObject(BaseModel):
             "when they were counted."
         ),
     ]
-    usage: Annotated[dict[str, Any], _described("Usage")]
+    usage: Annotated[UsageObject, _described("Usage")]
     cost_usd: float
     timestamps: JobTimestamps
     simulated: Annotated[bool, Field(description="True when the bundled simulator answered.")]
     priority: Annotated[str, Field(json_schema_extra={"enum": list(PRIORITIES)})]
     schedule: Annotated[
-        dict[str, Any] | None,
+        dict[str, JsonValue] | None,
         WithJsonSchema(
             {
                 "type": ["object", "null"],
@@ -152,7 +160,7 @@ class JobObject(BaseModel):
     error: str | None
     # The kind's summary model, written when the job is finalized (web/openapi.py names them all).
     summary: Annotated[
-        dict[str, Any] | None,
+        JsonObject | None,
         Field(description="Report totals, written when the job ends: the kind's summary."),
     ]
     expires_at: Annotated[
@@ -218,16 +226,16 @@ def job_links(job: Job) -> dict[str, str]:
     }
 
 
-def job_usage(session: Session, job: Job) -> dict[str, Any]:
+def job_usage(session: Session, job: Job) -> UsageTotals:
     """Stored usage when the job has ended and been finalized, else live totals."""
     if job.status in ENDED_STATUSES and job.usage is not None:
-        return dict(job.usage)
+        return job.usage.copy()
     return usage_totals(session, job.id)
 
 
-def jobs_usage(session: Session, jobs: Sequence[Job]) -> dict[uuid.UUID, dict[str, Any]]:
+def jobs_usage(session: Session, jobs: Sequence[Job]) -> dict[uuid.UUID, UsageTotals]:
     """`job_usage` of many jobs: stored ones as they are, the rest summed in one grouped query."""
-    out = {j.id: dict(j.usage) for j in jobs if j.status in ENDED_STATUSES and j.usage is not None}
+    out = {j.id: j.usage.copy() for j in jobs if j.status in ENDED_STATUSES and j.usage is not None}
     live = [j.id for j in jobs if j.id not in out]
     if live:
         out.update(usage_totals_of(session, live))
@@ -260,7 +268,7 @@ def job_model(
     job: Job,
     *,
     counts: RequestCounts | None = None,
-    usage: dict[str, Any] | None = None,
+    usage: UsageTotals | None = None,
     retention: Retention | None = None,
 ) -> JobObject:
     """The status of one job. `counts` and `usage` when the caller already has them (job_objects);

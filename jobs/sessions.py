@@ -14,7 +14,6 @@ UPDATEs make that hold across processes too. Callers commit.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
@@ -30,10 +29,6 @@ TOKEN_USE_EVERY = timedelta(minutes=1)
 MAX_SEEN_EVERY = timedelta(minutes=1)
 USER_AGENT_CHARS = 200
 SESSION_SECRET_BYTES = 32
-
-
-def _hash_secret(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
 # --- bearer tokens ---------------------------------------------------------------------------------------
@@ -129,7 +124,7 @@ def open_session(
     now = now or utcnow()
     secret = secrets.token_urlsafe(SESSION_SECRET_BYTES)
     row = WebSession(
-        secret_sha256=_hash_secret(secret),
+        secret_sha256=hash_token(secret),
         token_id=token.id,
         tenant_id=token.tenant_id,
         created_at=now,
@@ -157,7 +152,7 @@ def end_session(
     """End the session with this secret (sign-out); True when a live session was ended."""
     result = session.execute(
         update(WebSession)
-        .where(WebSession.secret_sha256 == _hash_secret(secret), WebSession.ended_at.is_(None))
+        .where(WebSession.secret_sha256 == hash_token(secret), WebSession.ended_at.is_(None))
         .values(ended_at=now or utcnow(), end_reason=reason)
         .execution_options(synchronize_session=False)
     )
@@ -222,7 +217,7 @@ def check_session(
         select(WebSession, ApiToken, Tenant)
         .join(ApiToken, ApiToken.id == WebSession.token_id)
         .join(Tenant, Tenant.id == WebSession.tenant_id)
-        .where(WebSession.secret_sha256 == _hash_secret(secret))
+        .where(WebSession.secret_sha256 == hash_token(secret))
     ).first()
     if row is None:
         return EndedSession("unknown")

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
+from pydantic import JsonValue
 from sqlalchemy import Connection, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -76,11 +77,11 @@ class SourceLists:
         for digest, sources in rows:
             self._lists[digest.hex] = sources
 
-    def join(self, output: dict[str, Any]) -> dict[str, Any]:
+    def join(self, output: dict[str, JsonValue]) -> dict[str, JsonValue]:
         """`output` as it was written, its sources back in place (load it first)."""
         return join_sources(output, self._lists)
 
-    def joined(self, output: dict[str, Any] | None) -> dict[str, Any] | None:
+    def joined(self, output: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
         """One output, loaded and joined: for readers of a single item."""
         if output is None:
             return None

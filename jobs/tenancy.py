@@ -27,7 +27,7 @@ MAX_WEIGHT = 100.0
 
 
 def hash_token(token: str) -> str:
-    """The stored form of a token."""
+    """The stored form of a token (or of a page session's secret, jobs/sessions.py): its SHA-256."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 

@@ -9,40 +9,37 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import ColumnElement, Date, cast, func, select
 from sqlalchemy.orm import Session
 
 from checks.usage import DayRange
-from jobs.items import NO_USAGE, ItemUsage
+from jobs.items import CALL_SUMS, NO_USAGE, ItemUsage, UsageJson
 from models import ApiCall, UsageDay
+from models.jobs import EndpointTotals, UsageTotals
 
 
-def usage_totals(session: Session, job_id: uuid.UUID) -> dict[str, Any]:
+def usage_totals(session: Session, job_id: uuid.UUID) -> UsageTotals:
     """Calls, tokens, searches and cost by endpoint and in total."""
     return usage_totals_of(session, [job_id])[job_id]
 
 
-def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, UsageTotals]:
     """`usage_totals` of several jobs in one grouped query (a list of live jobs)."""
     rows = session.execute(
         select(
             ApiCall.job_id,
             ApiCall.endpoint,
-            func.count().filter(ApiCall.reused.is_(False)),
-            func.coalesce(func.sum(ApiCall.input_tokens), 0),
-            func.coalesce(func.sum(ApiCall.output_tokens), 0),
-            func.coalesce(func.sum(ApiCall.searches), 0),
-            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
-            func.count().filter(ApiCall.status_code == 429),
+            *CALL_SUMS,
             func.count().filter(ApiCall.reused.is_(True)),
+            func.count().filter(ApiCall.status_code == 429),
         )
         .where(ApiCall.job_id.in_(list(job_ids)))
         .group_by(ApiCall.job_id, ApiCall.endpoint)
     ).all()
-    by_job: dict[uuid.UUID, dict[str, dict[str, Any]]] = {jid: {} for jid in job_ids}
-    for job_id, endpoint, calls, tin, tout, searches, cost, throttled, reused in rows:
+    by_job: dict[uuid.UUID, dict[str, EndpointTotals]] = {jid: {} for jid in job_ids}
+    for job_id, endpoint, calls, searches, tin, tout, cost, reused, throttled in rows:
         by_job[job_id][endpoint] = {
             "http_attempts": int(calls),
             "reused": int(reused),
@@ -55,21 +52,22 @@ def usage_totals_of(session: Session, job_ids: Sequence[uuid.UUID]) -> dict[uuid
     return {jid: _totals(by_endpoint) for jid, by_endpoint in by_job.items()}
 
 
-def _totals(by_endpoint: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _totals(by_endpoint: dict[str, EndpointTotals]) -> UsageTotals:
+    ends = by_endpoint.values()
     return {
-        "http_attempts": sum(v["http_attempts"] for v in by_endpoint.values()),
+        "http_attempts": sum(v["http_attempts"] for v in ends),
         # Answers taken from the tenant's verdict store: no HTTP attempt, no cost (docs/spec.md).
-        "reused": sum(v["reused"] for v in by_endpoint.values()),
-        "input_tokens": sum(v["input_tokens"] for v in by_endpoint.values()),
-        "output_tokens": sum(v["output_tokens"] for v in by_endpoint.values()),
-        "searches": sum(v["searches"] for v in by_endpoint.values()),
-        "throttled": sum(v["throttled"] for v in by_endpoint.values()),
-        "cost_usd": round(sum(v["cost_usd"] for v in by_endpoint.values()), 6),
+        "reused": sum(v["reused"] for v in ends),
+        "input_tokens": sum(v["input_tokens"] for v in ends),
+        "output_tokens": sum(v["output_tokens"] for v in ends),
+        "searches": sum(v["searches"] for v in ends),
+        "throttled": sum(v["throttled"] for v in ends),
+        "cost_usd": round(sum(v["cost_usd"] for v in ends), 6),
         "by_endpoint": by_endpoint,
     }
 
 
-def usage_of_outputs(outputs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
+def usage_of_outputs(outputs: Iterable[Mapping[str, Any] | None]) -> UsageJson:
     """The summed `usage` of settled items (each item's output holds its own, see jobs/items.py)."""
     total = NO_USAGE
     for output in outputs:
@@ -122,7 +120,7 @@ class UsageFigures:
             self.reused + other.reused,
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> FiguresJson:
         return {
             "requests": self.requests,
             "reused": self.reused,
@@ -131,6 +129,49 @@ class UsageFigures:
             "output_tokens": self.output_tokens,
             "cost_usd": round(self.cost_usd, 6),
         }
+
+
+class FiguresJson(TypedDict):
+    """`UsageFigures` in `/v1/usage` (docs/spec.md): totals, and each day's."""
+
+    requests: int
+    reused: int
+    searches: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class EndpointFiguresJson(FiguresJson):
+    endpoint: str
+
+
+class ModelFiguresJson(FiguresJson):
+    model: str | None
+
+
+class BreakdownJson(FiguresJson):
+    by_endpoint: list[EndpointFiguresJson]
+    by_model: list[ModelFiguresJson]
+
+
+class DayJson(BreakdownJson):
+    date: str
+
+
+# The body of `GET /v1/usage`: "from" is a keyword, hence the functional form.
+TenantUsageJson = TypedDict(
+    "TenantUsageJson",
+    {
+        "object": str,
+        "from": str,
+        "to": str,
+        "days": int,
+        "timezone": str,
+        "totals": BreakdownJson,
+        "daily": list[DayJson],
+    },
+)
 
 
 NO_FIGURES = UsageFigures()
@@ -159,7 +200,7 @@ class UsageBreakdown:
         """Models, most expensive first; None is the calls that recorded no model."""
         return sorted(self.by_model.items(), key=_rank)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> BreakdownJson:
         """Totals and the two breakdowns as ranked lists (a model may be null)."""
         return {
             **self.totals.as_dict(),
@@ -180,7 +221,7 @@ class TenantUsage:
     total: UsageBreakdown
     days: list[tuple[date, UsageBreakdown]]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TenantUsageJson:
         return {
             "object": "usage",
             "from": self.period.start.isoformat(),
@@ -211,11 +252,7 @@ def tenant_usage(session: Session, tenant_id: uuid.UUID, days: DayRange) -> Tena
             day,
             ApiCall.endpoint,
             ApiCall.model,
-            func.count().filter(ApiCall.reused.is_(False)),
-            func.coalesce(func.sum(ApiCall.searches), 0),
-            func.coalesce(func.sum(ApiCall.input_tokens), 0),
-            func.coalesce(func.sum(ApiCall.output_tokens), 0),
-            func.coalesce(func.sum(ApiCall.cost_usd), 0.0),
+            *CALL_SUMS,
             func.count().filter(ApiCall.reused.is_(True)),
         )
         .where(ApiCall.tenant_id == tenant_id, ApiCall.created_at >= start, ApiCall.created_at < end)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
@@ -28,6 +28,12 @@ NAMING_CONVENTION = {
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only autoincrements INTEGER PRIMARY KEY.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def partial_index(name: str, *columns: str, where: str) -> Index:
+    """An index holding only the rows `where` says, in literal SQL that both Postgres and SQLite read (a
+    partial index: Postgres can prove a prepared statement with the same condition matches it)."""
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
 
 
 class UTCDateTime(TypeDecorator[datetime]):

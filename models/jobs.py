@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import date, datetime
-from typing import Any
+from typing import Any, TypedDict
 
+from pydantic import JsonValue
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -30,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, BigIntPK, JSONType, UTCDateTime, utcnow
+from models.base import Base, BigIntPK, JSONType, UTCDateTime, partial_index, utcnow
 from models.states import ItemStatus, JobStatus
 
 # Job kinds are not listed here: they are the recipes' names (checks/recipes.py), a plain string column.
@@ -65,6 +66,24 @@ CLAIM_LABEL_SQL = (
 )
 
 
+class EndpointTotals(TypedDict):
+    """A job's calls to one endpoint, summed: the `by_endpoint` values of `UsageTotals`."""
+
+    http_attempts: int
+    reused: int
+    input_tokens: int
+    output_tokens: int
+    searches: int
+    throttled: int
+    cost_usd: float
+
+
+class UsageTotals(EndpointTotals):
+    """A job's usage (jobs/usage.py:usage_totals): live in the job object, stored in `usage` at finalize."""
+
+    by_endpoint: dict[str, EndpointTotals]
+
+
 class Job(Base):
     """One submitted batch. `summary` holds the finalized report totals (scorecards, flips, ...)."""
 
@@ -75,12 +94,7 @@ class Job(Base):
         Index("ix_jobs_status", "status"),
         # The purge's queue: jobs deleted or past their retention whose rows are not all gone yet. Partial,
         # so it holds only those few (migration 0010).
-        Index(
-            "ix_jobs_purge",
-            "id",
-            postgresql_where=text(PURGE_PENDING_SQL),
-            sqlite_where=text(PURGE_PENDING_SQL),
-        ),
+        partial_index("ix_jobs_purge", "id", where=PURGE_PENDING_SQL),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -92,22 +106,24 @@ class Job(Base):
     # sha256 of what was submitted (content type, query parameters, body bytes): a reused Idempotency-Key
     # with anything else is a conflict, not this job. Null for jobs created before it was recorded.
     submission_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
-    # `metadata` is reserved by SQLAlchemy's declarative base, hence the attribute name.
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    # `metadata` is reserved by SQLAlchemy's declarative base, hence the attribute name. The caller's own JSON
+    # object: open by contract.
+    meta: Mapped[dict[str, JsonValue]] = mapped_column("metadata", JSONType, default=dict)
     total_items: Mapped[int] = mapped_column(Integer, default=0)
     # Items by status ({"total", "completed", "failed", ...}), written in the transaction that ends the job:
     # lists and status reads of an ended job use it instead of counting its items. Live jobs are counted.
     request_counts: Mapped[dict[str, int] | None] = mapped_column(JSONType, default=None)
-    summary: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    # The kind's summary (its recipe's contract, validated when written at finalize).
+    summary: Mapped[dict[str, JsonValue] | None] = mapped_column(JSONType, default=None)
     warnings: Mapped[list[str]] = mapped_column(JSONType, default=list)
-    usage: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    usage: Mapped[UsageTotals | None] = mapped_column(JSONType, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     # True when answers came from the bundled simulator, so every output can say so.
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
     # `interactive` work goes first within its tenant's share of the upstream; `batch` is the default.
     priority: Mapped[str] = mapped_column(String(16), default="batch", server_default="batch")
     # The scheduler's latest view of this job (share, rate, ETA), refreshed every few seconds while it runs.
-    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    schedule: Mapped[dict[str, JsonValue] | None] = mapped_column(JSONType, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
@@ -180,37 +196,14 @@ class Item(Base):
         # Only repeated requests keep a dedupe key, only child items have a parent and the sweeper only
         # reads running items' leases: each index holds just those rows. Every query reading them names a
         # value its condition implies (`dedupe_key = …`, `parent_id = …`, `status = 'running'`).
-        Index(
-            "ix_items_job_dedupe",
-            "job_id",
-            "dedupe_key",
-            postgresql_where=text(DEDUPED_SQL),
-            sqlite_where=text(DEDUPED_SQL),
-        ),
-        Index(
-            "ix_items_parent_id", "parent_id", postgresql_where=text(CHILD_SQL), sqlite_where=text(CHILD_SQL)
-        ),
-        Index(
-            "ix_items_pack_of", "pack_of", postgresql_where=text(PACKED_SQL), sqlite_where=text(PACKED_SQL)
-        ),
-        Index(
-            "ix_items_running_lease",
-            "lease_until",
-            postgresql_where=text(RUNNING_SQL),
-            sqlite_where=text(RUNNING_SQL),
-        ),
+        partial_index("ix_items_job_dedupe", "job_id", "dedupe_key", where=DEDUPED_SQL),
+        partial_index("ix_items_parent_id", "parent_id", where=CHILD_SQL),
+        partial_index("ix_items_pack_of", "pack_of", where=PACKED_SQL),
+        partial_index("ix_items_running_lease", "lease_until", where=RUNNING_SQL),
         # What the scheduler reads many times a second: a job's dispatchable items of one endpoint in
         # order, and the items in flight (dispatched, not settled) per upstream scope. Partial, so both
         # stay the size of the work they describe, not of the table.
-        Index(
-            "ix_items_ready",
-            "job_id",
-            "endpoint",
-            "position",
-            "id",
-            postgresql_where=text(READY_SQL),
-            sqlite_where=text(READY_SQL),
-        ),
+        partial_index("ix_items_ready", "job_id", "endpoint", "position", "id", where=READY_SQL),
         # The claims report: per (job, mode) in input order, with everything its scorecards, replay,
         # calibration and filters read, so they are index-only scans of the job's entries.
         Index(
@@ -220,13 +213,7 @@ class Item(Base):
             "position",
             postgresql_include=["claim_p", "claim_label", "status", "custom_id"],
         ),
-        Index(
-            "ix_items_in_flight",
-            "scope",
-            "enqueued_at",
-            postgresql_where=text(IN_FLIGHT_SQL),
-            sqlite_where=text(IN_FLIGHT_SQL),
-        ),
+        partial_index("ix_items_in_flight", "scope", "enqueued_at", where=IN_FLIGHT_SQL),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -328,8 +315,9 @@ class Verdict(Base):
     grounded: Mapped[bool] = mapped_column(Boolean)
     request_id: Mapped[str | None] = mapped_column(String(128), default=None)
     answered_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    # The validated answer as the client returned it: answers, search results, model, sanitized paths.
-    answer: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    # The validated answer as the client returned it: answers, search results, model, sanitized paths (the
+    # client's contract, validated before it is stored; open here).
+    answer: Mapped[dict[str, JsonValue]] = mapped_column(JSONType)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, Uuid, text
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, BigIntPK, UTCDateTime, utcnow
+from models.base import Base, BigIntPK, UTCDateTime, partial_index, utcnow
 
 WEBHOOK_EVENTS = ("job.completed", "job.failed", "job.cancelled")
 # pending: waiting for its next try (or being sent); delivered: a 2xx came back; failed: given up.
@@ -30,12 +30,7 @@ class WebhookDelivery(Base):
     __table_args__ = (
         Index("ix_webhook_deliveries_job", "job_id", "created_at"),
         # What the sender polls: pending rows by their next try.
-        Index(
-            "ix_webhook_deliveries_due",
-            "next_attempt_at",
-            postgresql_where=text(DUE_SQL),
-            sqlite_where=text(DUE_SQL),
-        ),
+        partial_index("ix_webhook_deliveries_due", "next_attempt_at", where=DUE_SQL),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)

@@ -19,6 +19,7 @@ from jobs.progress import RequestCounts, job_counts, jobs_counts
 from jobs.retention import Retention, expires_at
 from jobs.serialize import retention_days
 from models import Job, JobStatus, utcnow
+from models.jobs import UsageTotals
 from web.exports import CSV_RENDERERS, RESULT_ITERATORS
 from web.pages_format import duration, usd, when
 from web.session import settings
@@ -45,7 +46,7 @@ class JobView:
     status: str
     counts: RequestCounts
     percent: float
-    usage: dict[str, Any]
+    usage: UsageTotals
     cost_usd: float
     created_at: datetime
     started_at: datetime | None
@@ -122,7 +123,7 @@ def job_view(
     job: Job,
     *,
     counts: RequestCounts | None = None,
-    usage: dict[str, Any] | None = None,
+    usage: UsageTotals | None = None,
     retention: Retention | None = None,
 ) -> JobView:
     """`retention` for a caller outside the app context (a streamed report file), else the app's."""

@@ -31,6 +31,7 @@ from jobs.serialize import (
 )
 from jobs.usage import usage_totals
 from models import Job, JobStatus
+from models.jobs import UsageTotals
 from web.session import settings
 
 log = logging.getLogger("factgate.web")
@@ -83,12 +84,12 @@ class LiveFigures:
     def __init__(self, max_age_s: float = LIVE_FIGURES_MAX_AGE_S) -> None:
         self.max_age_s = max_age_s
         self._lock = threading.Lock()
-        self._figures: dict[tuple[uuid.UUID, str], tuple[float, RequestCounts, dict[str, Any]]] = {}
+        self._figures: dict[tuple[uuid.UUID, str], tuple[float, RequestCounts, UsageTotals]] = {}
         self._refreshing: set[tuple[uuid.UUID, str]] = set()
 
     def get(
         self, session: Session, sessions: sessionmaker[Session], job: Job
-    ) -> tuple[RequestCounts, dict[str, Any]]:
+    ) -> tuple[RequestCounts, UsageTotals]:
         key = (job.id, job.status)
         now = time.monotonic()
         with self._lock:
@@ -102,7 +103,7 @@ class LiveFigures:
             threading.Thread(target=self._refresh, args=(sessions, key), daemon=True).start()
         return hit[1], hit[2]
 
-    def _count(self, session: Session, key: tuple[uuid.UUID, str]) -> tuple[RequestCounts, dict[str, Any]]:
+    def _count(self, session: Session, key: tuple[uuid.UUID, str]) -> tuple[RequestCounts, UsageTotals]:
         at = time.monotonic()
         counts, usage = request_counts(session, key[0]), usage_totals(session, key[0])
         with self._lock:
