@@ -25,6 +25,7 @@ from checks.ndjson import (
     feed_ndjson,
     show_value,
 )
+from checks.request_bodies import DecisionsQuestion, DecisionsRequest
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -335,16 +336,16 @@ def modes_for(job_mode: JobMode) -> tuple[Mode, ...]:
     raise ValueError(f'mode must be "ungrounded", "grounded" or "both", got {job_mode!r}')
 
 
-def question() -> dict[str, Any]:
+def question() -> DecisionsQuestion:
     """The one question every claim request asks (a fresh dict: callers may mutate theirs)."""
     return {"type": "noul", "instructions": INSTRUCTIONS}
 
 
-def request_body(claim: str, *, model: str, mode: Mode) -> dict[str, Any]:
+def request_body(claim: str, *, model: str, mode: Mode) -> DecisionsRequest:
     """The Decisions body for one claim: the claim alone as the state, so it leads the search query.
     The verdict cutoffs are never sent; they are our policy, applied to the returned probability."""
     pricing.input_rate_per_million(model)  # an unknown model fails here, naming it, not upstream
-    body: dict[str, Any] = {"model": model, "state": claim, "questions": {QUESTION_NAME: question()}}
+    body: DecisionsRequest = {"model": model, "state": claim, "questions": {QUESTION_NAME: question()}}
     if mode == "grounded":
         body["mode"] = "web_grounding"
     elif mode != "ungrounded":

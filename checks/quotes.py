@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from checks.request_bodies import DecisionsRequest, SearchRequest
+
 __all__ = [
     "BEST_INSTRUCTIONS",
     "BEST_QUESTION",
@@ -143,7 +145,7 @@ def split_snippet(snippet: str) -> list[str]:
 # ---- Search -------------------------------------------------------------------------------------------
 
 
-def search_request(question: str) -> dict[str, Any]:
+def search_request(question: str) -> SearchRequest:
     """The Search API body: five results with up to 2,048 tokens of extracted text each."""
     if not question.strip():
         raise ValueError("question is empty")
@@ -224,7 +226,9 @@ def prepare_results(results: Sequence[Mapping[str, Any]]) -> tuple[SourceResult,
 # ---- Requests -----------------------------------------------------------------------------------------
 
 
-def rank_request(question: str, title: str, url: str, sentences: Sequence[str], model: str) -> dict[str, Any]:
+def rank_request(
+    question: str, title: str, url: str, sentences: Sequence[str], model: str
+) -> DecisionsRequest:
     """The Decisions body for one result: which numbered sentence answers best, and does any answer.
 
     The sentences appear twice on purpose: in the state so `has_answer` reads them, and as the choice
@@ -254,7 +258,7 @@ def compare_question_name(number: int) -> str:
     return f"answers_{number}"
 
 
-def compare_request(question: str, candidates: Sequence[str], model: str) -> dict[str, Any]:
+def compare_request(question: str, candidates: Sequence[str], model: str) -> DecisionsRequest:
     """The Decisions body that asks the same yes/no of every candidate sentence in one state."""
     if not 1 <= len(candidates) <= MAX_RANK_REQUESTS:
         raise ValueError(f"a compare request takes 1-{MAX_RANK_REQUESTS} candidates, got {len(candidates)}")
@@ -613,7 +617,7 @@ class QuoteRunRecord:
                 return result
         raise ValueError(f"result {result_index} gets no rank request")
 
-    def rank_request(self, result_index: int) -> dict[str, Any]:
+    def rank_request(self, result_index: int) -> DecisionsRequest:
         result = self._target(result_index)
         return rank_request(self.question, result.title, result.url, result.sentences, self.model)
 
@@ -703,7 +707,7 @@ class QuoteRunRecord:
             )
         return compare_pool(self.candidates, compare_min=self.compare_min)
 
-    def compare_request(self) -> dict[str, Any] | None:
+    def compare_request(self) -> DecisionsRequest | None:
         """The compare body, or None when no candidate reaches COMPARE_MIN (then call `finish()`)."""
         pool = self._pool()
         if not pool:
