@@ -12,7 +12,10 @@ from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any, Final, Literal, NamedTuple, get_args
 
+from pydantic import JsonValue
+
 from checks import pricing
+from checks.contracts import Contract
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
 from checks.ndjson import (
     MAX_ERRORS_KEPT,
@@ -437,9 +440,11 @@ class Outcome:
     queue_wait_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Scorecard:
-    """Every figure of docs/spec.md §2 for one mode. See `scorecard` for what each count covers."""
+class Scorecard(Contract):
+    """Every figure of docs/spec.md §2 for one mode. See `scorecard` for what each count covers.
+
+    A contract rather than a dataclass so that the summary's contract (`checks/kinds/claims.py:
+    ScorecardFigures`) is these figures plus their bounds, not a second list of them."""
 
     mode: Mode
     model: str
@@ -470,9 +475,9 @@ class Scorecard:
     review_ok: bool | None
     acceptance: bool | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         """JSON-safe: only str, int, float (always finite), bool and None."""
-        out = asdict(self)
+        out: dict[str, JsonValue] = self.model_dump()
         out["bounds"] = {
             "max_missed_failures": MAX_MISSED_FAILURES,
             "max_false_contradiction_rate": MAX_FALSE_CONTRADICTION_RATE,
