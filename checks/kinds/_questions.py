@@ -92,3 +92,34 @@ class QuestionsSummary(StoredContract):
 def as_report(report: object) -> ReportHead | None:
     """A stored report as its contract (None when there is none yet)."""
     return ReportHead.model_validate(report) if isinstance(report, dict) else None
+
+
+class ReportedLine(TypedDict):
+    """The `QuestionLine` fields of a question whose report is stored, as keyword arguments."""
+
+    custom_id: str
+    question: str | None
+    status: ItemStatusName
+    outcome: str | None
+    incomplete_steps: list[dict[str, JsonValue]]
+    model_note: str | None
+    request_ids: RequestIds
+    usage: Usage | None
+    report: ReportHead
+
+
+def reported_line(
+    custom_id: str, question: str | None, status: ItemStatusName, head: ReportHead
+) -> ReportedLine:
+    """What every question kind's results line takes from the report's head; each kind adds its own."""
+    return {
+        "custom_id": custom_id,
+        "question": question,
+        "status": status,
+        "outcome": head.status,
+        "incomplete_steps": [s.dump() for s in head.incomplete_steps],
+        "model_note": head.model_note,
+        "request_ids": head.request_ids,
+        "usage": head.usage,
+        "report": head,
+    }
