@@ -92,6 +92,45 @@ class RowCollector:
             return True
         return False
 
+    def text(
+        self, line: int, field: str, value: object, *, required: bool, max_bytes: int | None = None
+    ) -> str | None:
+        """A text field, or None after recording what is wrong with it (absent optional: None, no error)."""
+        if value is None:
+            if required:
+                self.fail(line, field, "is required")
+            return None
+        if not isinstance(value, str):
+            self.fail(line, field, f"must be a string, got {show_value(value)}")
+            return None
+        if required and not value.strip():
+            self.fail(line, field, "must not be empty")
+            return None
+        if problem := text_problem(value):
+            self.fail(line, field, problem)
+            return None
+        if max_bytes is not None and (size := len(value.encode("utf-8"))) > max_bytes:
+            self.fail(line, field, f"is {size:,} bytes, over the limit of {max_bytes:,}")
+            return None
+        return value
+
+    def new_id(self, line: int, value: object, max_chars: int, field: str = "id") -> str | None:
+        """A row id: printable text of at most `max_chars`, not seen before (then it is seen), or None after
+        recording what is wrong with it."""
+        row_id = self.text(line, field, value, required=True)
+        if row_id is None:
+            return None
+        if not row_id.isprintable():
+            self.fail(line, field, UNPRINTABLE_ID)
+        elif len(row_id) > max_chars:
+            self.fail(line, field, f"is {len(row_id):,} characters, over the limit of {max_chars}")
+        elif (first := self.seen.get(row_id)) is not None:
+            self.fail(line, field, f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
+        else:
+            self.seen[row_id] = line
+            return row_id
+        return None
+
 
 RowT_contra = TypeVar("RowT_contra", contravariant=True)
 
@@ -106,18 +145,6 @@ class RowSink(Protocol):
     """What a kind's validator offers to the line reader."""
 
     def fail(self, line: int | None, field: str | None, message: str) -> None: ...
-
-    def known_fields(self, line: int, obj: object, allowed: Collection[str]) -> bool:
-        """Whether `obj` is a JSON object with only `allowed` keys; every problem is recorded."""
-        if not isinstance(obj, dict):
-            self.fail(line, None, f"must be a JSON object, got {show_value(obj)}")
-            return False
-        ok = True
-        for key in obj:
-            if key not in allowed:
-                self.fail(line, str(key), f"unknown field (allowed: {', '.join(allowed)})")
-                ok = False
-        return ok
 
     def over_limit(self, line: int) -> bool: ...
 
