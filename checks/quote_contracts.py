@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, JsonValue
 
 from checks import quotes
-from checks.contracts import IncompleteStep, StageRecord, Usage
+from checks.contracts import CallFacts, IncompleteStep, StageRecord, Usage
 
 __all__ = [
     "CandidateRecord",
@@ -74,14 +74,9 @@ class SourceRecord(StageRecord):
         return quotes.SourceResult.from_dict(self.model_dump())
 
 
-class SearchFacts(StageRecord):
+class SearchFacts(CallFacts):
     """The Search call as stored: its request ids and timing, its raw results, the prepared ones."""
 
-    request_id: str | None = None
-    request_ids: list[str] = Field(default_factory=list)
-    attempts: int = 0
-    latency_s: float = 0.0
-    sanitized: list[str] = Field(default_factory=list)
     id: str | None = None
     raw_results: list[RawResult] = Field(default_factory=list)
     results: list[SourceRecord] = Field(default_factory=list)
@@ -130,12 +125,7 @@ class ResultInput(StageRecord):
     result: SourceRecord
 
 
-class _DecisionFacts(StageRecord):
-    request_id: str | None = None
-    request_ids: list[str] = Field(default_factory=list)
-    attempts: int = 0
-    latency_s: float = 0.0
-    sanitized: list[str] = Field(default_factory=list)
+class _DecisionFacts(CallFacts):
     input_tokens: int | None = None
     output_tokens: int | None = None
     model: str | None = None
