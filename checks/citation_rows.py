@@ -82,7 +82,7 @@ class CitationsValidationError(ClaimsValidationError):
     """The batch of answers is rejected whole; `errors` name each bad row."""
 
 
-class _Checker(RowCollector):
+class _Checker(RowCollector[CitationRow]):
     """Validates answer rows one at a time; `size` is the current row's size in bytes when known."""
 
     def __init__(
@@ -93,9 +93,9 @@ class _Checker(RowCollector):
         rows: Appender[CitationRow] | None = None,
         input_format: str = "auto",
     ) -> None:
-        super().__init__(max_rows=max_rows, unit=unit, noun="answers")
-        self.kept: list[CitationRow] = []
-        self.rows: Appender[CitationRow] = self.kept if rows is None else rows
+        super().__init__(
+            max_rows=max_rows, unit=unit, noun="answers", refusal=CitationsValidationError, rows=rows
+        )
         self.size: int | None = None
         # The body's format: named by the option, else decided by its first object row.
         self.format: InputFormat | None = None if input_format == "auto" else _named(input_format)
@@ -280,13 +280,6 @@ class _Checker(RowCollector):
             )
             self.rows.append(CitationRow(row_id, entry, spec.name))
 
-    def result(self) -> list[CitationRow]:
-        if self.count == 0 and not self.errors:
-            self.fail(None, None, "no answers")
-        if self.errors:
-            raise CitationsValidationError(self.errors, self.more)
-        return self.kept
-
 
 def _named(input_format: str) -> InputFormat:
     if input_format == "ragas":
@@ -332,10 +325,5 @@ def validate_citation_rows(
 ) -> list[CitationRow]:
     """Validate already-parsed rows (a JSON array), all or nothing; errors name `item N` (1-based)."""
     checker = _Checker(max_rows=max_rows, unit=unit, input_format=input_format)
-    if len(objs) > max_rows:
-        checker.fail(None, None, f"too many answers: {len(objs):,}, the limit is {max_rows:,} per batch")
-        return checker.result()
-    for number, obj in enumerate(objs, 1):
-        checker.count += 1
-        checker.check(number, obj)
+    checker.check_items(objs)
     return checker.result()

@@ -127,7 +127,7 @@ def _string_problem(value: str, max_chars: int) -> str | None:
     return None
 
 
-class _Checker(RowCollector):
+class _Checker(RowCollector[ClaimRow]):
     """Validates claim rows one at a time. Shared by both intakes (NDJSON lines, JSON items)."""
 
     def __init__(
@@ -135,11 +135,10 @@ class _Checker(RowCollector):
     ) -> None:
         if max_claim_bytes < 1:
             raise ValueError("max_claim_bytes must be at least 1")
-        super().__init__(max_rows=max_rows, unit=unit, noun="claims")
+        super().__init__(
+            max_rows=max_rows, unit=unit, noun="claims", refusal=ClaimsValidationError, rows=rows
+        )
         self.max_claim_bytes = max_claim_bytes
-        self.kept: list[ClaimRow] = []
-        # Valid rows go here until the first error; a streamed intake passes a writer instead of a list.
-        self.rows: Appender[ClaimRow] = self.kept if rows is None else rows
 
     def check(self, line: int, obj: object) -> None:
         if type(obj) is dict and self._accept_plain(line, obj):
@@ -256,13 +255,6 @@ class _Checker(RowCollector):
             good_label = label if isinstance(label, bool) else None
             self.rows.append(ClaimRow(good_id, good_claim, good_label, optional["kind"], optional["source"]))
 
-    def result(self) -> list[ClaimRow]:
-        if self.count == 0 and not self.errors:
-            self.fail(None, None, "no claims")
-        if self.errors:
-            raise ClaimsValidationError(self.errors, self.more)
-        return self.kept
-
 
 def parse_ndjson_lines(
     lines: Iterable[RowLine],
@@ -309,12 +301,7 @@ def validate_rows(
     """Validate already-parsed rows (a JSON array body), all or nothing. Errors name the 1-based position
     as `item N` (or `line N` with unit="line"). Raises ClaimsValidationError."""
     checker = _Checker(max_rows=max_rows, max_claim_bytes=max_claim_bytes, unit=unit)
-    if len(objs) > max_rows:
-        checker.fail(None, None, f"too many claims: {len(objs):,}, the limit is {max_rows:,} per batch")
-        return checker.result()
-    for number, obj in enumerate(objs, 1):
-        checker.count += 1
-        checker.check(number, obj)
+    checker.check_items(objs)
     return checker.result()
 
 

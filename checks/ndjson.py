@@ -9,9 +9,9 @@ its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
 
@@ -51,20 +51,68 @@ def show_value(value: object) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-class RowCollector:
-    """What every row validator keeps: the first errors (and a count of the rest), ids seen, rows looked at,
-    and the row limit. `noun` names the rows in the limit message ("claims", "questions")."""
+RowT_contra = TypeVar("RowT_contra", contravariant=True)
 
-    def __init__(self, *, max_rows: int, unit: Unit, noun: str) -> None:
+
+class Appender(Protocol[RowT_contra]):
+    """Where a validator puts valid rows: a list, or a writer that streams them on (jobs/bulk_load.py)."""
+
+    def append(self, row: RowT_contra, /) -> None: ...
+
+
+RowT = TypeVar("RowT")
+
+
+class RowCollector(Generic[RowT]):
+    """What every row validator keeps: the first errors (and a count of the rest), ids seen, rows looked at,
+    the row limit, and the valid rows. `noun` names the rows in the limit message ("claims", "questions");
+    `refusal` is the error a refused batch raises (the kind's `checks.claims.ClaimsValidationError`)."""
+
+    def __init__(
+        self,
+        *,
+        max_rows: int,
+        unit: Unit,
+        noun: str,
+        refusal: Callable[[list[RowError], int], Exception],
+        rows: Appender[RowT] | None = None,
+    ) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self.max_rows = max_rows
         self.unit: Unit = unit
         self.noun = noun
+        self.refusal = refusal
         self.errors: list[RowError] = []
         self.more = 0
         self.seen: dict[str, int] = {}  # id -> the line it first appeared on
         self.count = 0  # rows looked at, valid or not
+        self.kept: list[RowT] = []
+        # Valid rows go here until the first error; a streamed intake passes a writer instead of a list.
+        self.rows: Appender[RowT] = self.kept if rows is None else rows
+
+    def check(self, line: int, obj: object) -> None:
+        """Check one row: record its problems, or append it to `rows` while the batch has none."""
+        raise NotImplementedError
+
+    def check_items(self, objs: Sequence[object]) -> None:
+        """Check already-parsed rows (a JSON array) in order; an array over the limit is refused whole."""
+        if len(objs) > self.max_rows:
+            self.fail(
+                None, None, f"too many {self.noun}: {len(objs):,}, the limit is {self.max_rows:,} per batch"
+            )
+            return
+        for number, obj in enumerate(objs, 1):
+            self.count += 1
+            self.check(number, obj)
+
+    def result(self) -> list[RowT]:
+        """The valid rows, all of them, or `refusal` naming every problem (none at all is one)."""
+        if self.count == 0 and not self.errors:
+            self.fail(None, None, f"no {self.noun}")
+        if self.errors:
+            raise self.refusal(self.errors, self.more)
+        return self.kept
 
     def fail(self, line: int | None, field: str | None, message: str) -> None:
         if len(self.errors) < MAX_ERRORS_KEPT:
@@ -130,15 +178,6 @@ class RowCollector:
             self.seen[row_id] = line
             return row_id
         return None
-
-
-RowT_contra = TypeVar("RowT_contra", contravariant=True)
-
-
-class Appender(Protocol[RowT_contra]):
-    """Where a validator puts valid rows: a list, or a writer that streams them on (jobs/bulk_load.py)."""
-
-    def append(self, row: RowT_contra, /) -> None: ...
 
 
 class RowSink(Protocol):

@@ -49,13 +49,13 @@ class QuestionsValidationError(ClaimsValidationError):
     """The batch of questions is rejected whole; `errors` name each bad row."""
 
 
-class _Checker(RowCollector):
+class _Checker(RowCollector[QuestionRow]):
     """Validates question rows one at a time."""
 
     def __init__(self, *, max_rows: int, unit: Unit, rows: Appender[QuestionRow] | None = None) -> None:
-        super().__init__(max_rows=max_rows, unit=unit, noun="questions")
-        self.kept: list[QuestionRow] = []
-        self.rows: Appender[QuestionRow] = self.kept if rows is None else rows
+        super().__init__(
+            max_rows=max_rows, unit=unit, noun="questions", refusal=QuestionsValidationError, rows=rows
+        )
 
     def check(self, line: int, obj: object) -> None:
         ok = self.known_fields(line, obj, ALLOWED_FIELDS)
@@ -67,13 +67,6 @@ class _Checker(RowCollector):
         )
         if ok and not self.errors and row_id is not None and question is not None:
             self.rows.append(QuestionRow(row_id, question))
-
-    def result(self) -> list[QuestionRow]:
-        if self.count == 0 and not self.errors:
-            self.fail(None, None, "no questions")
-        if self.errors:
-            raise QuestionsValidationError(self.errors, self.more)
-        return self.kept
 
 
 def parse_question_lines(
@@ -106,10 +99,5 @@ def validate_question_rows(
 ) -> list[QuestionRow]:
     """Validate already-parsed rows (a JSON array), all or nothing; errors name `item N` (1-based)."""
     checker = _Checker(max_rows=max_rows, unit=unit)
-    if len(objs) > max_rows:
-        checker.fail(None, None, f"too many questions: {len(objs):,}, the limit is {max_rows:,} per batch")
-        return checker.result()
-    for number, obj in enumerate(objs, 1):
-        checker.count += 1
-        checker.check(number, obj)
+    checker.check_items(objs)
     return checker.result()
