@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any, Final, Literal, NamedTuple, get_args
+from typing import Any, Final, Literal, NamedTuple, TypedDict, get_args
 
 from pydantic import JsonValue
 
@@ -23,6 +23,7 @@ from checks.ndjson import (
     Appender,
     RowCollector,
     RowError,
+    RowErrorJson,
     RowLine,
     Unit,
     feed_ndjson,
@@ -92,6 +93,14 @@ class ClaimRow(NamedTuple):
     source: str | None = None
 
 
+class RefusalJson(TypedDict):
+    """A refused batch as JSON: the problems kept, and how many more there were."""
+
+    errors: list[RowErrorJson]
+    more: int
+    total: int
+
+
 class ClaimsValidationError(ValueError):
     """The batch is rejected whole. `errors` holds the first MAX_ERRORS_KEPT problems in input order and
     `more` counts the ones not kept, so a caller can fix every row in one round trip."""
@@ -107,7 +116,7 @@ class ClaimsValidationError(ValueError):
     def total(self) -> int:
         return len(self.errors) + self.more
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RefusalJson:
         return {"errors": [e.as_dict() for e in self.errors], "more": self.more, "total": self.total}
 
 

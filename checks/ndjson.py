@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypedDict, TypeVar
 
 MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
 
@@ -21,6 +21,13 @@ Unit = Literal["line", "item"]
 # no record). CSV records are handed over as objects so that a million-row CSV is not turned into JSON
 # text only to be parsed again.
 RowLine = str | bytes | dict[str, object] | None
+
+
+class RowErrorJson(TypedDict):
+    line: int | None
+    field: str | None
+    message: str
+    unit: Unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +45,7 @@ class RowError:
         what = f'field "{self.field}": ' if self.field is not None else ""
         return f"{where}{what}{self.message}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RowErrorJson:
         return {"line": self.line, "field": self.field, "message": self.message, "unit": self.unit}
 
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
+from pydantic import JsonValue
+
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
 from checks.fairness import PRIORITIES, Priority
 from checks.packing import MAX_PACK_SIZE
@@ -78,7 +80,7 @@ def webhook_url_option(raw: Mapping[str, Any]) -> str | None:
         raise OptionsError("webhook_url", str(exc)) from None
 
 
-def without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
+def without_unset_webhook(options: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """Stored options name `webhook_url` only when one was given, and the reuse options only when they are
     not the defaults (jobs stored before them read the same)."""
     if options.get("webhook_url") is None:
@@ -140,7 +142,7 @@ class ClaimsOptions:
         """The request modes each claim is sent in."""
         return modes_for(self.mode)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return without_unset_webhook(asdict(self))
 
 
@@ -280,7 +282,7 @@ class QuestionsOptions:
     reuse: Reuse = "auto"
     reuse_max_age_hours: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         options = without_unset_webhook(asdict(self))
         if options.get("audit_share") is None:
             options.pop("audit_share", None)

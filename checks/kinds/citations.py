@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from pydantic import JsonValue
+
 from checks.citation_contracts import (
     CitationCutoffs,
     CitationMetrics,
@@ -145,7 +147,7 @@ class CitationsOptions:
             checkable_min=self.checkable_min,
         )
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return without_unset_webhook(
             {
                 "model": self.model,
