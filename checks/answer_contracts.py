@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from checks.answer_labels import Label
-from checks.contracts import IncompleteStep, ReusedFrom, StageRecord, Usage
+from checks.contracts import CallFacts, IncompleteStep, ReusedFrom, StageRecord, Usage
 from checks.packing_audit import AuditPart
 
 __all__ = [
@@ -52,14 +52,9 @@ class AgentResult(StageRecord):
     date: str | None = None
 
 
-class AgentFacts(StageRecord):
+class AgentFacts(CallFacts):
     """One Agent call as stored: the call's request ids and timing, then its answer."""
 
-    request_id: str | None = None
-    request_ids: list[str] = Field(default_factory=list)
-    attempts: int = 0
-    latency_s: float = 0.0
-    sanitized: list[str] = Field(default_factory=list)
     text: str | None = None
     model: str | None = None
     input_tokens: int | None = None
@@ -99,14 +94,9 @@ class AnswerQuestionOutput(StageRecord):
     error: str | None = None
 
 
-class SentenceScores(StageRecord):
+class SentenceScores(CallFacts):
     """A sentence's Decisions request as stored: the call, every probability, the label and its rule."""
 
-    request_id: str | None = None
-    request_ids: list[str] = Field(default_factory=list)
-    attempts: int = 0
-    latency_s: float = 0.0
-    sanitized: list[str] = Field(default_factory=list)
     label: Label | None = None
     rule: str | None = None
     checkable: float | None = None

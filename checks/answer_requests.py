@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from checks.request_bodies import AgentRequest, AgentTool, DecisionsQuestion, DecisionsRequest
+
 __all__ = [
     "AGENT_PRESET",
     "AGENT_TOOLS",
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 AGENT_PRESET: Final = "fast"
-AGENT_TOOLS: Final = ({"type": "web_search"},)
+AGENT_TOOLS: Final[tuple[AgentTool, ...]] = ({"type": "web_search"},)
 
 # Each sentence is later scored on its own, hence the ask for a marker on every factual sentence and for
 # sentences that name their subject ("Its orbit..." cannot be checked without the sentence before it).
@@ -76,14 +78,14 @@ MAX_CITED_PASSAGES: Final = (MAX_QUESTIONS - 1) // 2  # checkable + two question
 _PASSAGE_ID: Final = re.compile(r"[0-9]+")
 
 
-def answer_request(question: str) -> dict[str, Any]:
+def answer_request(question: str) -> AgentRequest:
     """The Agent API body that answers the job's question with web search."""
     if not question.strip():
         raise ValueError("the question is empty")
     return _agent_body(question)
 
 
-def investigation_request(question: str, answer_text: str, sentence_text: str) -> dict[str, Any]:
+def investigation_request(question: str, answer_text: str, sentence_text: str) -> AgentRequest:
     """The Agent API body that searches again for one flagged sentence and asks for its replacement.
 
     `answer_text` is the full first answer, so the rewrite can avoid repeating it; `sentence_text` is the
@@ -102,12 +104,12 @@ def investigation_request(question: str, answer_text: str, sentence_text: str) -
     return _agent_body(prompt)
 
 
-def _agent_body(prompt: str) -> dict[str, Any]:
+def _agent_body(prompt: str) -> AgentRequest:
     return {
         "input": prompt,
         "preset": AGENT_PRESET,
         "instructions": ANSWER_INSTRUCTIONS,
-        "tools": [dict(tool) for tool in AGENT_TOOLS],
+        "tools": [AgentTool(type=tool["type"]) for tool in AGENT_TOOLS],
     }
 
 
@@ -119,7 +121,7 @@ def contradicts_question(passage_id: str | int) -> str:
     return f"contradicts_{passage_id}"
 
 
-def sentence_request(claim: str, passages: Mapping[str, str], model: str) -> dict[str, Any]:
+def sentence_request(claim: str, passages: Mapping[str, str], model: str) -> DecisionsRequest:
     """One Decisions request for one sentence: `checkable`, plus `supports_n` and `contradicts_n` for
     every cited passage (two passages -> five questions). An uncited sentence gets only `checkable`, so
     an uncited claim can still be told apart from a transition.
@@ -134,7 +136,7 @@ def sentence_request(claim: str, passages: Mapping[str, str], model: str) -> dic
             f"{len(passages)} cited passages need {1 + 2 * len(passages)} questions; "
             f"a Decisions request takes at most {MAX_QUESTIONS}"
         )
-    questions: dict[str, Any] = {
+    questions: dict[str, DecisionsQuestion] = {
         CHECKABLE_QUESTION: {"type": "noul", "instructions": CHECKABLE_INSTRUCTIONS},
     }
     for passage_id in passages:

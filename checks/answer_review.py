@@ -149,31 +149,22 @@ def final_answer(originals: Sequence[Scored], reviews: Mapping[int, Review]) -> 
     sentences: list[FinalSentence] = []
     for position, original in enumerate(originals):
         review = reviews.get(position)
-        if review is not None and review.outcome == REPLACED:
-            sentences += [
-                FinalSentence(
-                    claim=rewrite.claim,
-                    paragraph=original.paragraph,
-                    label=rewrite.label,
-                    citations=cite(rewrite.urls),
-                    origin=position,
-                    replaced=True,
-                    outcome=None,
-                )
-                for rewrite in review.kept
-            ]
-        else:
-            sentences.append(
-                FinalSentence(
-                    claim=original.claim,
-                    paragraph=original.paragraph,
-                    label=original.label,
-                    citations=cite(original.urls),
-                    origin=position,
-                    replaced=False,
-                    outcome=review.outcome if review is not None else None,
-                )
+        replaced = review is not None and review.outcome == REPLACED
+        # A replaced sentence gives way to its kept rewrite sentences; any other stays, with its badge.
+        stand_ins = review.kept if review is not None and replaced else (original,)
+        outcome = review.outcome if review is not None and not replaced else None
+        sentences += [
+            FinalSentence(
+                claim=s.claim,
+                paragraph=original.paragraph,
+                label=s.label,
+                citations=cite(s.urls),
+                origin=position,
+                replaced=replaced,
+                outcome=outcome,
             )
+            for s in stand_ins
+        ]
     return FinalAnswer(tuple(sentences), tuple(numbers))
 
 

@@ -124,15 +124,9 @@ class SentenceScore(Contract):
     reused_from: ReusedFrom | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
-class PassageScore(Contract):
+class PassageScore(CitationPassage):
     """A passage of the evidence: as sent, with its probabilities (`contradicts` only for cited ones)."""
 
-    key: str
-    source: str
-    chunk: int
-    chunks: int
-    role: PassageRole
-    text: str
     title: str | None = None
     url: str | None = None
     supports: float | None = None

@@ -26,7 +26,7 @@ limit, so the question cap is the bound that binds.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Final
 
@@ -47,6 +47,7 @@ from checks.citation_contracts import (
     SentencePlan,
 )
 from checks.citation_markers import cited_sentences
+from checks.request_bodies import DecisionsQuestion, DecisionsRequest
 
 __all__ = [
     "MAX_CITED_PASSAGES",
@@ -158,7 +159,7 @@ def choose_passages(
     return passages, unchecked
 
 
-def decisions_request(claim: str, passages: Iterable[CitationPassage], model: str) -> dict[str, object]:
+def decisions_request(claim: str, passages: Iterable[CitationPassage], model: str) -> DecisionsRequest:
     """One Decisions request: `checkable`, then for each passage n `supports_n`, and for a cited one also
     `contradicts_n` (the answer kind's texts, §3.7: the cutoffs were measured with them). An uncited
     sentence with misattribution off gets only `checkable`, so an uncited claim is still told from a
@@ -166,7 +167,7 @@ def decisions_request(claim: str, passages: Iterable[CitationPassage], model: st
     if not claim.strip():
         raise ValueError("the claim is empty")
     state: dict[str, str] = {}
-    questions: dict[str, Mapping[str, str]] = {
+    questions: dict[str, DecisionsQuestion] = {
         CHECKABLE_QUESTION: {"type": "noul", "instructions": CHECKABLE_INSTRUCTIONS}
     }
     for p in passages:

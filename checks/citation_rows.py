@@ -29,7 +29,6 @@ from checks.citation_formats import FORMATS, TITLES, ForeignFormat, InputFormat,
 from checks.citation_markers import MARKER_ID, has_markers
 from checks.claims import ClaimsValidationError
 from checks.ndjson import (
-    UNPRINTABLE_ID,
     Appender,
     RowCollector,
     RowError,
@@ -37,7 +36,6 @@ from checks.ndjson import (
     Unit,
     feed_ndjson,
     show_value,
-    text_problem,
 )
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 
@@ -84,7 +82,7 @@ class CitationsValidationError(ClaimsValidationError):
     """The batch of answers is rejected whole; `errors` name each bad row."""
 
 
-class _Checker(RowCollector):
+class _Checker(RowCollector[CitationRow]):
     """Validates answer rows one at a time; `size` is the current row's size in bytes when known."""
 
     def __init__(
@@ -95,9 +93,9 @@ class _Checker(RowCollector):
         rows: Appender[CitationRow] | None = None,
         input_format: str = "auto",
     ) -> None:
-        super().__init__(max_rows=max_rows, unit=unit, noun="answers")
-        self.kept: list[CitationRow] = []
-        self.rows: Appender[CitationRow] = self.kept if rows is None else rows
+        super().__init__(
+            max_rows=max_rows, unit=unit, noun="answers", refusal=CitationsValidationError, rows=rows
+        )
         self.size: int | None = None
         # The body's format: named by the option, else decided by its first object row.
         self.format: InputFormat | None = None if input_format == "auto" else _named(input_format)
@@ -116,45 +114,6 @@ class _Checker(RowCollector):
             self.size = len(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw or b"")
             yield raw
 
-    def _string(
-        self, line: int, field: str, value: object, *, required: bool, max_bytes: int | None = None
-    ) -> str | None:
-        """A text field, or None after recording what is wrong with it (absent optional: None, no error)."""
-        if value is None:
-            if required:
-                self.fail(line, field, "is required")
-            return None
-        if not isinstance(value, str):
-            self.fail(line, field, f"must be a string, got {show_value(value)}")
-            return None
-        if required and not value.strip():
-            self.fail(line, field, "must not be empty")
-            return None
-        if problem := text_problem(value):
-            self.fail(line, field, problem)
-            return None
-        if max_bytes is not None and (size := len(value.encode("utf-8"))) > max_bytes:
-            self.fail(line, field, f"is {size:,} bytes, over the limit of {max_bytes:,}")
-            return None
-        return value
-
-    def _row_id(self, line: int, value: object, field: str = "id") -> str | None:
-        row_id = self._string(line, field, value, required=True)
-        if row_id is None:
-            return None
-        if not row_id.isprintable():
-            self.fail(line, field, UNPRINTABLE_ID)
-        elif len(row_id) > MAX_QUESTION_ID_CHARS:
-            self.fail(
-                line, field, f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}"
-            )
-        elif (first := self.seen.get(row_id)) is not None:
-            self.fail(line, field, f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
-        else:
-            self.seen[row_id] = line
-            return row_id
-        return None
-
     def _source(self, line: int, at: str, position: int, obj: object) -> CitationSource | None:
         if not self.known_fields(line, obj, SOURCE_FIELDS):
             if not isinstance(obj, dict):
@@ -168,7 +127,7 @@ class _Checker(RowCollector):
         if raw_id is not None:
             if isinstance(raw_id, int) and not isinstance(raw_id, bool):
                 raw_id = str(raw_id)  # `"id": 2` is what a pipeline numbering its sources writes
-            source_id = self._string(line, f"{at}.id", raw_id, required=True)
+            source_id = self.text(line, f"{at}.id", raw_id, required=True)
             if source_id is not None and not _SOURCE_ID.fullmatch(source_id):
                 self.fail(
                     line,
@@ -178,14 +137,14 @@ class _Checker(RowCollector):
                 )
                 source_id = None
             ok = source_id is not None
-        text = self._string(line, f"{at}.text", obj.get("text"), required=True, max_bytes=MAX_SOURCE_BYTES)
-        title = self._string(line, f"{at}.title", obj.get("title"), required=False)
+        text = self.text(line, f"{at}.text", obj.get("text"), required=True, max_bytes=MAX_SOURCE_BYTES)
+        title = self.text(line, f"{at}.title", obj.get("title"), required=False)
         if title is not None and len(title) > MAX_TITLE_CHARS:
             self.fail(
                 line, f"{at}.title", f"is {len(title):,} characters, over the limit of {MAX_TITLE_CHARS}"
             )
             ok = False
-        url = self._string(line, f"{at}.url", obj.get("url"), required=False)
+        url = self.text(line, f"{at}.url", obj.get("url"), required=False)
         if url is not None and (len(url) > MAX_URL_CHARS or not _URL.fullmatch(url)):
             self.fail(line, f"{at}.url", f"must be an http(s) URL of at most {MAX_URL_CHARS:,} characters")
             ok = False
@@ -251,10 +210,10 @@ class _Checker(RowCollector):
             return
         if self._oversized(line, obj):
             return
-        row_id = self._row_id(line, obj.get("id"))
-        answer = self._string(line, "answer", obj.get("answer"), required=True, max_bytes=MAX_ANSWER_BYTES)
+        row_id = self.new_id(line, obj.get("id"), MAX_QUESTION_ID_CHARS)
+        answer = self.text(line, "answer", obj.get("answer"), required=True, max_bytes=MAX_ANSWER_BYTES)
         sources = self._sources(line, obj.get("sources"))
-        question = self._string(
+        question = self.text(
             line, "question", obj.get("question"), required=False, max_bytes=MAX_QUESTION_BYTES
         )
         if question is not None and not question.strip():
@@ -289,7 +248,7 @@ class _Checker(RowCollector):
             return None
         sources: list[CitationSource] = []
         for index, text in enumerate(value):
-            checked = self._string(line, f"{field}[{index}]", text, required=True, max_bytes=MAX_SOURCE_BYTES)
+            checked = self.text(line, f"{field}[{index}]", text, required=True, max_bytes=MAX_SOURCE_BYTES)
             if checked is not None:
                 sources.append(CitationSource(id=str(index + 1), text=checked))
         return sources if len(sources) == len(value) else None
@@ -304,13 +263,13 @@ class _Checker(RowCollector):
         raw_id = obj.get(id_field)
         if isinstance(raw_id, int) and not isinstance(raw_id, bool):
             raw_id = str(raw_id)
-        row_id = self._row_id(line, f"row-{line}" if raw_id is None else raw_id, id_field)
-        answer_field, raw_answer = self._pick(line, obj, spec.answer)
-        answer = self._string(line, answer_field, raw_answer, required=True, max_bytes=MAX_ANSWER_BYTES)
-        question_field, raw_question = self._pick(line, obj, spec.question)
-        question = self._string(
-            line, question_field, raw_question, required=False, max_bytes=MAX_QUESTION_BYTES
+        row_id = self.new_id(
+            line, f"row-{line}" if raw_id is None else raw_id, MAX_QUESTION_ID_CHARS, id_field
         )
+        answer_field, raw_answer = self._pick(line, obj, spec.answer)
+        answer = self.text(line, answer_field, raw_answer, required=True, max_bytes=MAX_ANSWER_BYTES)
+        question_field, raw_question = self._pick(line, obj, spec.question)
+        question = self.text(line, question_field, raw_question, required=False, max_bytes=MAX_QUESTION_BYTES)
         contexts_field, raw_contexts = self._pick(line, obj, spec.contexts)
         sources = self._contexts(line, contexts_field, raw_contexts)
         clean = len(self.errors) + self.more == errors
@@ -320,13 +279,6 @@ class _Checker(RowCollector):
                 answer=answer, question=question or None, sources=sources, unmarked=unmarked
             )
             self.rows.append(CitationRow(row_id, entry, spec.name))
-
-    def result(self) -> list[CitationRow]:
-        if self.count == 0 and not self.errors:
-            self.fail(None, None, "no answers")
-        if self.errors:
-            raise CitationsValidationError(self.errors, self.more)
-        return self.kept
 
 
 def _named(input_format: str) -> InputFormat:
@@ -373,10 +325,5 @@ def validate_citation_rows(
 ) -> list[CitationRow]:
     """Validate already-parsed rows (a JSON array), all or nothing; errors name `item N` (1-based)."""
     checker = _Checker(max_rows=max_rows, unit=unit, input_format=input_format)
-    if len(objs) > max_rows:
-        checker.fail(None, None, f"too many answers: {len(objs):,}, the limit is {max_rows:,} per batch")
-        return checker.result()
-    for number, obj in enumerate(objs, 1):
-        checker.count += 1
-        checker.check(number, obj)
+    checker.check_items(objs)
     return checker.result()

@@ -10,9 +10,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any, Final, Literal, NamedTuple, get_args
+from typing import Any, Final, Literal, NamedTuple, TypedDict, get_args
+
+from pydantic import JsonValue
 
 from checks import pricing
+from checks.contracts import Contract
 from checks.grounding import MAX_QUERY_BYTES, claim_in_query, is_data_url
 from checks.ndjson import (
     MAX_ERRORS_KEPT,
@@ -20,11 +23,13 @@ from checks.ndjson import (
     Appender,
     RowCollector,
     RowError,
+    RowErrorJson,
     RowLine,
     Unit,
     feed_ndjson,
     show_value,
 )
+from checks.request_bodies import DecisionsQuestion, DecisionsRequest
 
 __all__ = [
     "ALLOWED_FIELDS",
@@ -88,6 +93,14 @@ class ClaimRow(NamedTuple):
     source: str | None = None
 
 
+class RefusalJson(TypedDict):
+    """A refused batch as JSON: the problems kept, and how many more there were."""
+
+    errors: list[RowErrorJson]
+    more: int
+    total: int
+
+
 class ClaimsValidationError(ValueError):
     """The batch is rejected whole. `errors` holds the first MAX_ERRORS_KEPT problems in input order and
     `more` counts the ones not kept, so a caller can fix every row in one round trip."""
@@ -103,7 +116,7 @@ class ClaimsValidationError(ValueError):
     def total(self) -> int:
         return len(self.errors) + self.more
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RefusalJson:
         return {"errors": [e.as_dict() for e in self.errors], "more": self.more, "total": self.total}
 
 
@@ -123,7 +136,7 @@ def _string_problem(value: str, max_chars: int) -> str | None:
     return None
 
 
-class _Checker(RowCollector):
+class _Checker(RowCollector[ClaimRow]):
     """Validates claim rows one at a time. Shared by both intakes (NDJSON lines, JSON items)."""
 
     def __init__(
@@ -131,18 +144,17 @@ class _Checker(RowCollector):
     ) -> None:
         if max_claim_bytes < 1:
             raise ValueError("max_claim_bytes must be at least 1")
-        super().__init__(max_rows=max_rows, unit=unit, noun="claims")
+        super().__init__(
+            max_rows=max_rows, unit=unit, noun="claims", refusal=ClaimsValidationError, rows=rows
+        )
         self.max_claim_bytes = max_claim_bytes
-        self.kept: list[ClaimRow] = []
-        # Valid rows go here until the first error; a streamed intake passes a writer instead of a list.
-        self.rows: Appender[ClaimRow] = self.kept if rows is None else rows
 
     def check(self, line: int, obj: object) -> None:
         if type(obj) is dict and self._accept_plain(line, obj):
             return
         self._check_slowly(line, obj)
 
-    def _accept_plain(self, line: int, obj: dict[str, Any]) -> bool:
+    def _accept_plain(self, line: int, obj: dict[str, object]) -> bool:
         """Fast path for the common row (plain printable strings, nothing odd). Its conditions are
         sufficient, not necessary: anything it does not accept goes to `_check_slowly`, which decides
         and names the problems. Keeps 100,000 rows well under a second."""
@@ -252,13 +264,6 @@ class _Checker(RowCollector):
             good_label = label if isinstance(label, bool) else None
             self.rows.append(ClaimRow(good_id, good_claim, good_label, optional["kind"], optional["source"]))
 
-    def result(self) -> list[ClaimRow]:
-        if self.count == 0 and not self.errors:
-            self.fail(None, None, "no claims")
-        if self.errors:
-            raise ClaimsValidationError(self.errors, self.more)
-        return self.kept
-
 
 def parse_ndjson_lines(
     lines: Iterable[RowLine],
@@ -305,12 +310,7 @@ def validate_rows(
     """Validate already-parsed rows (a JSON array body), all or nothing. Errors name the 1-based position
     as `item N` (or `line N` with unit="line"). Raises ClaimsValidationError."""
     checker = _Checker(max_rows=max_rows, max_claim_bytes=max_claim_bytes, unit=unit)
-    if len(objs) > max_rows:
-        checker.fail(None, None, f"too many claims: {len(objs):,}, the limit is {max_rows:,} per batch")
-        return checker.result()
-    for number, obj in enumerate(objs, 1):
-        checker.count += 1
-        checker.check(number, obj)
+    checker.check_items(objs)
     return checker.result()
 
 
@@ -335,16 +335,16 @@ def modes_for(job_mode: JobMode) -> tuple[Mode, ...]:
     raise ValueError(f'mode must be "ungrounded", "grounded" or "both", got {job_mode!r}')
 
 
-def question() -> dict[str, Any]:
+def question() -> DecisionsQuestion:
     """The one question every claim request asks (a fresh dict: callers may mutate theirs)."""
     return {"type": "noul", "instructions": INSTRUCTIONS}
 
 
-def request_body(claim: str, *, model: str, mode: Mode) -> dict[str, Any]:
+def request_body(claim: str, *, model: str, mode: Mode) -> DecisionsRequest:
     """The Decisions body for one claim: the claim alone as the state, so it leads the search query.
     The verdict cutoffs are never sent; they are our policy, applied to the returned probability."""
     pricing.input_rate_per_million(model)  # an unknown model fails here, naming it, not upstream
-    body: dict[str, Any] = {"model": model, "state": claim, "questions": {QUESTION_NAME: question()}}
+    body: DecisionsRequest = {"model": model, "state": claim, "questions": {QUESTION_NAME: question()}}
     if mode == "grounded":
         body["mode"] = "web_grounding"
     elif mode != "ungrounded":
@@ -436,9 +436,11 @@ class Outcome:
     queue_wait_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Scorecard:
-    """Every figure of docs/spec.md §2 for one mode. See `scorecard` for what each count covers."""
+class Scorecard(Contract):
+    """Every figure of docs/spec.md §2 for one mode. See `scorecard` for what each count covers.
+
+    A contract rather than a dataclass so that the summary's contract (`checks/kinds/claims.py:
+    ScorecardFigures`) is these figures plus their bounds, not a second list of them."""
 
     mode: Mode
     model: str
@@ -469,9 +471,9 @@ class Scorecard:
     review_ok: bool | None
     acceptance: bool | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         """JSON-safe: only str, int, float (always finite), bool and None."""
-        out = asdict(self)
+        out: dict[str, JsonValue] = self.model_dump()
         out["bounds"] = {
             "max_missed_failures": MAX_MISSED_FAILURES,
             "max_false_contradiction_rate": MAX_FALSE_CONTRADICTION_RATE,

@@ -144,6 +144,17 @@ class QuestionInput(StageRecord):
     question: str
 
 
+class CallFacts(StageRecord):
+    """What a stage stores first of each upstream call it made: its request ids, how many POSTs it took,
+    the upstream's time, and which fields had to be cleaned to be storable (workers/steps.py:call_facts)."""
+
+    request_id: str | None = None
+    request_ids: list[str] = Field(default_factory=list)
+    attempts: int = 0
+    latency_s: float = 0.0
+    sanitized: list[str] = Field(default_factory=list)
+
+
 class IncompleteStep(StageRecord):
     """One entry of a report's `incomplete_steps` (docs/spec.md §6.3): which step, where (a sentence, the
     flagged sentences, a result), what became of it, and a sentence for people (pages, CSV and the CLI show

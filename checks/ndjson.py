@@ -9,9 +9,9 @@ its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypedDict, TypeVar
 
 MAX_ERRORS_KEPT = 100  # a batch of 100,000 bad rows should not produce a 100,000-line error body
 
@@ -21,6 +21,13 @@ Unit = Literal["line", "item"]
 # no record). CSV records are handed over as objects so that a million-row CSV is not turned into JSON
 # text only to be parsed again.
 RowLine = str | bytes | dict[str, object] | None
+
+
+class RowErrorJson(TypedDict):
+    line: int | None
+    field: str | None
+    message: str
+    unit: Unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +45,7 @@ class RowError:
         what = f'field "{self.field}": ' if self.field is not None else ""
         return f"{where}{what}{self.message}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RowErrorJson:
         return {"line": self.line, "field": self.field, "message": self.message, "unit": self.unit}
 
 
@@ -51,20 +58,68 @@ def show_value(value: object) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-class RowCollector:
-    """What every row validator keeps: the first errors (and a count of the rest), ids seen, rows looked at,
-    and the row limit. `noun` names the rows in the limit message ("claims", "questions")."""
+RowT_contra = TypeVar("RowT_contra", contravariant=True)
 
-    def __init__(self, *, max_rows: int, unit: Unit, noun: str) -> None:
+
+class Appender(Protocol[RowT_contra]):
+    """Where a validator puts valid rows: a list, or a writer that streams them on (jobs/bulk_load.py)."""
+
+    def append(self, row: RowT_contra, /) -> None: ...
+
+
+RowT = TypeVar("RowT")
+
+
+class RowCollector(Generic[RowT]):
+    """What every row validator keeps: the first errors (and a count of the rest), ids seen, rows looked at,
+    the row limit, and the valid rows. `noun` names the rows in the limit message ("claims", "questions");
+    `refusal` is the error a refused batch raises (the kind's `checks.claims.ClaimsValidationError`)."""
+
+    def __init__(
+        self,
+        *,
+        max_rows: int,
+        unit: Unit,
+        noun: str,
+        refusal: Callable[[list[RowError], int], Exception],
+        rows: Appender[RowT] | None = None,
+    ) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self.max_rows = max_rows
         self.unit: Unit = unit
         self.noun = noun
+        self.refusal = refusal
         self.errors: list[RowError] = []
         self.more = 0
         self.seen: dict[str, int] = {}  # id -> the line it first appeared on
         self.count = 0  # rows looked at, valid or not
+        self.kept: list[RowT] = []
+        # Valid rows go here until the first error; a streamed intake passes a writer instead of a list.
+        self.rows: Appender[RowT] = self.kept if rows is None else rows
+
+    def check(self, line: int, obj: object) -> None:
+        """Check one row: record its problems, or append it to `rows` while the batch has none."""
+        raise NotImplementedError
+
+    def check_items(self, objs: Sequence[object]) -> None:
+        """Check already-parsed rows (a JSON array) in order; an array over the limit is refused whole."""
+        if len(objs) > self.max_rows:
+            self.fail(
+                None, None, f"too many {self.noun}: {len(objs):,}, the limit is {self.max_rows:,} per batch"
+            )
+            return
+        for number, obj in enumerate(objs, 1):
+            self.count += 1
+            self.check(number, obj)
+
+    def result(self) -> list[RowT]:
+        """The valid rows, all of them, or `refusal` naming every problem (none at all is one)."""
+        if self.count == 0 and not self.errors:
+            self.fail(None, None, f"no {self.noun}")
+        if self.errors:
+            raise self.refusal(self.errors, self.more)
+        return self.kept
 
     def fail(self, line: int | None, field: str | None, message: str) -> None:
         if len(self.errors) < MAX_ERRORS_KEPT:
@@ -92,32 +147,50 @@ class RowCollector:
             return True
         return False
 
+    def text(
+        self, line: int, field: str, value: object, *, required: bool, max_bytes: int | None = None
+    ) -> str | None:
+        """A text field, or None after recording what is wrong with it (absent optional: None, no error)."""
+        if value is None:
+            if required:
+                self.fail(line, field, "is required")
+            return None
+        if not isinstance(value, str):
+            self.fail(line, field, f"must be a string, got {show_value(value)}")
+            return None
+        if required and not value.strip():
+            self.fail(line, field, "must not be empty")
+            return None
+        if problem := text_problem(value):
+            self.fail(line, field, problem)
+            return None
+        if max_bytes is not None and (size := len(value.encode("utf-8"))) > max_bytes:
+            self.fail(line, field, f"is {size:,} bytes, over the limit of {max_bytes:,}")
+            return None
+        return value
 
-RowT_contra = TypeVar("RowT_contra", contravariant=True)
-
-
-class Appender(Protocol[RowT_contra]):
-    """Where a validator puts valid rows: a list, or a writer that streams them on (jobs/bulk_load.py)."""
-
-    def append(self, row: RowT_contra, /) -> None: ...
+    def new_id(self, line: int, value: object, max_chars: int, field: str = "id") -> str | None:
+        """A row id: printable text of at most `max_chars`, not seen before (then it is seen), or None after
+        recording what is wrong with it."""
+        row_id = self.text(line, field, value, required=True)
+        if row_id is None:
+            return None
+        if not row_id.isprintable():
+            self.fail(line, field, UNPRINTABLE_ID)
+        elif len(row_id) > max_chars:
+            self.fail(line, field, f"is {len(row_id):,} characters, over the limit of {max_chars}")
+        elif (first := self.seen.get(row_id)) is not None:
+            self.fail(line, field, f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
+        else:
+            self.seen[row_id] = line
+            return row_id
+        return None
 
 
 class RowSink(Protocol):
     """What a kind's validator offers to the line reader."""
 
     def fail(self, line: int | None, field: str | None, message: str) -> None: ...
-
-    def known_fields(self, line: int, obj: object, allowed: Collection[str]) -> bool:
-        """Whether `obj` is a JSON object with only `allowed` keys; every problem is recorded."""
-        if not isinstance(obj, dict):
-            self.fail(line, None, f"must be a JSON object, got {show_value(obj)}")
-            return False
-        ok = True
-        for key in obj:
-            if key not in allowed:
-                self.fail(line, str(key), f"unknown field (allowed: {', '.join(allowed)})")
-                ok = False
-        return ok
 
     def over_limit(self, line: int) -> bool: ...
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
+from pydantic import JsonValue
+
 from checks.claims import CONTRADICTED_MAX, SUPPORTED_MIN, JobMode, Mode, modes_for
 from checks.fairness import PRIORITIES, Priority
 from checks.packing import MAX_PACK_SIZE
@@ -78,7 +80,7 @@ def webhook_url_option(raw: Mapping[str, Any]) -> str | None:
         raise OptionsError("webhook_url", str(exc)) from None
 
 
-def without_unset_webhook(options: dict[str, Any]) -> dict[str, Any]:
+def without_unset_webhook(options: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """Stored options name `webhook_url` only when one was given, and the reuse options only when they are
     not the defaults (jobs stored before them read the same)."""
     if options.get("webhook_url") is None:
@@ -140,7 +142,7 @@ class ClaimsOptions:
         """The request modes each claim is sent in."""
         return modes_for(self.mode)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return without_unset_webhook(asdict(self))
 
 
@@ -159,6 +161,33 @@ CLAIMS_OPTION_NAMES = frozenset(
 )
 
 
+def known_options(raw: Mapping[str, Any] | None, names: frozenset[str]) -> Mapping[str, Any]:
+    """The options object (none given: empty), refused at the first option that is not in `names`."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise OptionsError("options", "must be an object")
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise OptionsError(unknown[0], f"unknown option (allowed: {', '.join(sorted(names))})")
+    return raw
+
+
+def model_option(raw: Mapping[str, Any], default: str) -> str:
+    """`model`: a Decisions model factgate knows the price of."""
+    model = raw.get("model") or default
+    if not isinstance(model, str) or model not in KNOWN_MODELS:
+        raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
+    return model
+
+
+def budget_option(raw: Mapping[str, Any]) -> float | None:
+    """`budget_usd`: stop sending once this much has been spent (None: no budget)."""
+    budget = number_option(raw, "budget_usd", None)
+    if budget is not None and budget <= 0:
+        raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    return budget
+
+
 def priority_option(raw: Mapping[str, Any]) -> Priority:
     """`interactive` (someone is waiting: goes first within the tenant's share) or `batch` (the default)."""
     value = raw.get("priority") or "batch"
@@ -169,15 +198,8 @@ def priority_option(raw: Mapping[str, Any]) -> Priority:
 
 def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
     """Validate `claims` options; raises OptionsError naming the first bad option."""
-    raw = raw or {}
-    if not isinstance(raw, Mapping):
-        raise OptionsError("options", "must be an object")
-    unknown = sorted(set(raw) - CLAIMS_OPTION_NAMES)
-    if unknown:
-        raise OptionsError(unknown[0], f"unknown option (allowed: {', '.join(sorted(CLAIMS_OPTION_NAMES))})")
-    model = raw.get("model") or DEFAULT_MODEL
-    if not isinstance(model, str) or model not in KNOWN_MODELS:
-        raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
+    raw = known_options(raw, CLAIMS_OPTION_NAMES)
+    model = model_option(raw, DEFAULT_MODEL)
     mode = raw.get("mode") or "grounded"
     if mode not in CLAIMS_MODES:
         raise OptionsError("mode", f"must be one of {', '.join(CLAIMS_MODES)}, got {mode!r}")
@@ -185,9 +207,7 @@ def parse_claims_options(raw: Mapping[str, Any] | None) -> ClaimsOptions:
     contradicted_max = number_option(raw, "contradicted_max", CONTRADICTED_MAX)
     assert supported_min is not None and contradicted_max is not None
     check_cutoffs(supported_min, contradicted_max)
-    budget = number_option(raw, "budget_usd", None)
-    if budget is not None and budget <= 0:
-        raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    budget = budget_option(raw)
     pack_size = pack_size_option(raw, 1)
     if pack_size > 1 and mode != "ungrounded":
         raise OptionsError(
@@ -262,7 +282,7 @@ class QuestionsOptions:
     reuse: Reuse = "auto"
     reuse_max_age_hours: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         options = without_unset_webhook(asdict(self))
         if options.get("audit_share") is None:
             options.pop("audit_share", None)
@@ -271,19 +291,9 @@ class QuestionsOptions:
 
 def parse_questions_options(raw: Mapping[str, Any] | None) -> QuestionsOptions:
     """Validate `answer`/`quote` options; raises OptionsError naming the first bad option."""
-    raw = raw or {}
-    if not isinstance(raw, Mapping):
-        raise OptionsError("options", "must be an object")
-    unknown = sorted(set(raw) - QUESTIONS_OPTION_NAMES)
-    if unknown:
-        allowed = ", ".join(sorted(QUESTIONS_OPTION_NAMES))
-        raise OptionsError(unknown[0], f"unknown option (allowed: {allowed})")
-    model = raw.get("model") or CUTOFFS_MODEL
-    if not isinstance(model, str) or model not in KNOWN_MODELS:
-        raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
-    budget = number_option(raw, "budget_usd", None)
-    if budget is not None and budget <= 0:
-        raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    raw = known_options(raw, QUESTIONS_OPTION_NAMES)
+    model = model_option(raw, CUTOFFS_MODEL)
+    budget = budget_option(raw)
     reuse, max_age = reuse_options(raw)
     return QuestionsOptions(
         model=model,

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
+
+from pydantic import JsonValue
 
 from checks.answer_requests import CHECKABLE_QUESTION, MAX_QUESTIONS, contradicts_question, supports_question
 from checks.citation_contracts import CitationPassage, SentencePlan
@@ -354,10 +356,12 @@ class PackedRanks:
     body: dict[str, object]
     keys: tuple[str, ...]  # each member's result key, in member order
 
-    def answers_of(self, answers: Mapping[str, Mapping[str, Any]]) -> list[dict[str, dict[str, Any]] | None]:
-        """Each member's raw answers named as its unpacked rank request names them (`best`,
-        `has_answer`); None for a member with either missing (it is asked again on its own)."""
-        out: list[dict[str, dict[str, Any]] | None] = []
+    def answers_of(
+        self, answers: Mapping[str, Mapping[str, JsonValue]]
+    ) -> list[dict[str, dict[str, JsonValue]] | None]:
+        """Each member's raw answers (in the API's JSON shape) named as its unpacked rank request names them
+        (`best`, `has_answer`); None for a member with either missing (it is asked again on its own)."""
+        out: list[dict[str, dict[str, JsonValue]] | None] = []
         for key in self.keys:
             best = answers.get(f"{key}_{BEST_QUESTION}")
             has = answers.get(f"{key}_{HAS_ANSWER_QUESTION}")

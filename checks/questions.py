@@ -13,14 +13,11 @@ from typing import Final, NamedTuple
 from checks.claims import ClaimsValidationError
 from checks.ndjson import (
     MAX_ERRORS_KEPT,
-    UNPRINTABLE_ID,
     Appender,
     RowCollector,
     RowLine,
     Unit,
     feed_ndjson,
-    show_value,
-    text_problem,
 )
 
 __all__ = [
@@ -52,72 +49,24 @@ class QuestionsValidationError(ClaimsValidationError):
     """The batch of questions is rejected whole; `errors` name each bad row."""
 
 
-class _Checker(RowCollector):
+class _Checker(RowCollector[QuestionRow]):
     """Validates question rows one at a time."""
 
     def __init__(self, *, max_rows: int, unit: Unit, rows: Appender[QuestionRow] | None = None) -> None:
-        super().__init__(max_rows=max_rows, unit=unit, noun="questions")
-        self.kept: list[QuestionRow] = []
-        self.rows: Appender[QuestionRow] = self.kept if rows is None else rows
+        super().__init__(
+            max_rows=max_rows, unit=unit, noun="questions", refusal=QuestionsValidationError, rows=rows
+        )
 
     def check(self, line: int, obj: object) -> None:
         ok = self.known_fields(line, obj, ALLOWED_FIELDS)
         if not isinstance(obj, dict):
             return
-        row_id = obj.get("id")
-        good_id: str | None = None
-        if not isinstance(row_id, str):
-            self.fail(
-                line, "id", "is required" if row_id is None else f"must be a string, got {show_value(row_id)}"
-            )
-            ok = False
-        elif not row_id.strip():
-            self.fail(line, "id", "must not be empty")
-            ok = False
-        elif problem := text_problem(row_id):
-            self.fail(line, "id", problem)
-            ok = False
-        elif not row_id.isprintable():
-            self.fail(line, "id", UNPRINTABLE_ID)
-            ok = False
-        elif len(row_id) > MAX_QUESTION_ID_CHARS:
-            self.fail(line, "id", f"is {len(row_id):,} characters, over the limit of {MAX_QUESTION_ID_CHARS}")
-            ok = False
-        elif (first := self.seen.get(row_id)) is not None:
-            self.fail(line, "id", f"duplicate id {show_value(row_id)} (first on {self.unit} {first})")
-            ok = False
-        else:
-            self.seen[row_id] = line
-            good_id = row_id
-        question = obj.get("question")
-        good_question: str | None = None
-        if not isinstance(question, str):
-            self.fail(
-                line,
-                "question",
-                "is required" if question is None else f"must be a string, got {show_value(question)}",
-            )
-            ok = False
-        elif not question.strip():
-            self.fail(line, "question", "must not be empty")
-            ok = False
-        elif problem := text_problem(question):
-            self.fail(line, "question", problem)
-            ok = False
-        elif (size := len(question.encode("utf-8"))) > MAX_QUESTION_BYTES:
-            self.fail(line, "question", f"is {size:,} bytes, over the limit of {MAX_QUESTION_BYTES:,}")
-            ok = False
-        else:
-            good_question = question
-        if ok and not self.errors and good_id is not None and good_question is not None:
-            self.rows.append(QuestionRow(good_id, good_question))
-
-    def result(self) -> list[QuestionRow]:
-        if self.count == 0 and not self.errors:
-            self.fail(None, None, "no questions")
-        if self.errors:
-            raise QuestionsValidationError(self.errors, self.more)
-        return self.kept
+        row_id = self.new_id(line, obj.get("id"), MAX_QUESTION_ID_CHARS)
+        question = self.text(
+            line, "question", obj.get("question"), required=True, max_bytes=MAX_QUESTION_BYTES
+        )
+        if ok and not self.errors and row_id is not None and question is not None:
+            self.rows.append(QuestionRow(row_id, question))
 
 
 def parse_question_lines(
@@ -150,10 +99,5 @@ def validate_question_rows(
 ) -> list[QuestionRow]:
     """Validate already-parsed rows (a JSON array), all or nothing; errors name `item N` (1-based)."""
     checker = _Checker(max_rows=max_rows, unit=unit)
-    if len(objs) > max_rows:
-        checker.fail(None, None, f"too many questions: {len(objs):,}, the limit is {max_rows:,} per batch")
-        return checker.result()
-    for number, obj in enumerate(objs, 1):
-        checker.count += 1
-        checker.check(number, obj)
+    checker.check_items(objs)
     return checker.result()

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, JsonValue
 
 from checks import quotes
-from checks.contracts import IncompleteStep, ReusedFrom, StageRecord, Usage
+from checks.contracts import CallFacts, IncompleteStep, ReusedFrom, StageRecord, Usage
 
 __all__ = [
     "CandidateRecord",
@@ -68,35 +68,15 @@ class SourceRecord(StageRecord):
 
     @classmethod
     def of(cls, source: quotes.SourceResult) -> SourceRecord:
-        return cls(
-            index=source.index,
-            title=source.title,
-            url=source.url,
-            date=source.date,
-            snippet=source.snippet,
-            sentence_count=len(source.sentences),
-            sentences=list(source.sentences),
-        )
+        return cls.model_validate(source.as_dict())
 
     def value(self) -> quotes.SourceResult:
-        return quotes.SourceResult(
-            index=self.index,
-            title=self.title,
-            url=self.url,
-            snippet=self.snippet,
-            date=self.date,
-            sentences=tuple(self.sentences),
-        )
+        return quotes.SourceResult.from_dict(self.model_dump())
 
 
-class SearchFacts(StageRecord):
+class SearchFacts(CallFacts):
     """The Search call as stored: its request ids and timing, its raw results, the prepared ones."""
 
-    request_id: str | None = None
-    request_ids: list[str] = Field(default_factory=list)
-    attempts: int = 0
-    latency_s: float = 0.0
-    sanitized: list[str] = Field(default_factory=list)
     id: str | None = None
     raw_results: list[RawResult] = Field(default_factory=list)
     results: list[SourceRecord] = Field(default_factory=list)
@@ -132,36 +112,10 @@ class CandidateRecord(StageRecord):
 
     @classmethod
     def of(cls, candidate: quotes.Candidate) -> CandidateRecord:
-        return cls(
-            result_index=candidate.result_index,
-            title=candidate.title,
-            url=candidate.url,
-            date=candidate.date,
-            sentence_number=candidate.sentence_number,
-            sentence=candidate.sentence,
-            p_best=candidate.p_best,
-            confidence=candidate.confidence,
-            has_answer=candidate.has_answer,
-            probabilities=dict(candidate.probabilities),
-            request_id=candidate.request_id,
-            answers=candidate.answers,
-        )
+        return cls.model_validate(candidate.as_dict())
 
     def value(self) -> quotes.Candidate:
-        return quotes.Candidate(
-            result_index=self.result_index,
-            title=self.title,
-            url=self.url,
-            date=self.date,
-            sentence_number=self.sentence_number,
-            sentence=self.sentence,
-            p_best=self.p_best,
-            confidence=self.confidence,
-            has_answer=self.has_answer,
-            probabilities=dict(self.probabilities),
-            request_id=self.request_id,
-            answers=self.answers,
-        )
+        return quotes.Candidate.from_dict(self.model_dump())
 
 
 class ResultInput(StageRecord):
@@ -171,12 +125,7 @@ class ResultInput(StageRecord):
     result: SourceRecord
 
 
-class _DecisionFacts(StageRecord):
-    request_id: str | None = None
-    request_ids: list[str] = Field(default_factory=list)
-    attempts: int = 0
-    latency_s: float = 0.0
-    sanitized: list[str] = Field(default_factory=list)
+class _DecisionFacts(CallFacts):
     input_tokens: int | None = None
     output_tokens: int | None = None
     model: str | None = None

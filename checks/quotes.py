@@ -14,7 +14,18 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Final
+
+from checks.quote_json import (
+    CandidateJson,
+    ClosestBy,
+    CompareAttemptJson,
+    OutcomeJson,
+    RankAttemptJson,
+    RunJson,
+    SourceResultJson,
+)
+from checks.request_bodies import DecisionsRequest, SearchRequest
 
 __all__ = [
     "BEST_INSTRUCTIONS",
@@ -143,7 +154,7 @@ def split_snippet(snippet: str) -> list[str]:
 # ---- Search -------------------------------------------------------------------------------------------
 
 
-def search_request(question: str) -> dict[str, Any]:
+def search_request(question: str) -> SearchRequest:
     """The Search API body: five results with up to 2,048 tokens of extracted text each."""
     if not question.strip():
         raise ValueError("question is empty")
@@ -169,7 +180,7 @@ class SourceResult:
     def rankable(self) -> bool:
         return len(self.sentences) >= MIN_SENTENCES
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> SourceResultJson:
         return {
             "index": self.index,
             "title": self.title,
@@ -224,7 +235,9 @@ def prepare_results(results: Sequence[Mapping[str, Any]]) -> tuple[SourceResult,
 # ---- Requests -----------------------------------------------------------------------------------------
 
 
-def rank_request(question: str, title: str, url: str, sentences: Sequence[str], model: str) -> dict[str, Any]:
+def rank_request(
+    question: str, title: str, url: str, sentences: Sequence[str], model: str
+) -> DecisionsRequest:
     """The Decisions body for one result: which numbered sentence answers best, and does any answer.
 
     The sentences appear twice on purpose: in the state so `has_answer` reads them, and as the choice
@@ -254,7 +267,7 @@ def compare_question_name(number: int) -> str:
     return f"answers_{number}"
 
 
-def compare_request(question: str, candidates: Sequence[str], model: str) -> dict[str, Any]:
+def compare_request(question: str, candidates: Sequence[str], model: str) -> DecisionsRequest:
     """The Decisions body that asks the same yes/no of every candidate sentence in one state."""
     if not 1 <= len(candidates) <= MAX_RANK_REQUESTS:
         raise ValueError(f"a compare request takes 1-{MAX_RANK_REQUESTS} candidates, got {len(candidates)}")
@@ -311,7 +324,7 @@ class Candidate:
     request_id: str | None = None
     answers: float | None = None  # the compare probability
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CandidateJson:
         return {
             "result_index": self.result_index,
             "title": self.title,
@@ -411,9 +424,6 @@ def compare_pool(
     return tuple(c for c in sorted(candidates, key=lambda c: c.result_index) if c.has_answer >= compare_min)
 
 
-ClosestBy = Literal["answers", "has_answer"]
-
-
 @dataclass(frozen=True)
 class QuoteOutcome:
     """What to print: the quote, or no answer with the closest candidate (below cutoff)."""
@@ -433,7 +443,7 @@ class QuoteOutcome:
     def compared(self) -> bool:
         return bool(self.ordering)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> OutcomeJson:
         return {
             "status": "quoted" if self.quoted else "no_answer",
             "answer": None if self.answer is None else self.answer.as_dict(),
@@ -495,8 +505,8 @@ class RankAttempt:
     raw_answers: Mapping[str, Any] | None = field(default=None, hash=False)  # kept when unreadable
     error: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def as_dict(self) -> RankAttemptJson:
+        data: RankAttemptJson = {
             "result_index": self.result_index,
             "status": "failed" if self.candidate is None else "done",
             "request_id": self.request_id,
@@ -505,14 +515,12 @@ class RankAttempt:
         }
         if self.candidate is not None:
             c = self.candidate
-            data.update(
-                choice=str(c.sentence_number),
-                sentence=c.sentence,
-                p_best=c.p_best,
-                confidence=c.confidence,
-                has_answer=c.has_answer,
-                probabilities=dict(c.probabilities),
-            )
+            data["choice"] = str(c.sentence_number)
+            data["sentence"] = c.sentence
+            data["p_best"] = c.p_best
+            data["confidence"] = c.confidence
+            data["has_answer"] = c.has_answer
+            data["probabilities"] = dict(c.probabilities)
         if self.raw_answers is not None:
             data["answers"] = copy.deepcopy(dict(self.raw_answers))
         return data
@@ -529,9 +537,9 @@ class CompareAttempt:
     raw_answers: Mapping[str, Any] | None = field(default=None, hash=False)
     error: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CompareAttemptJson:
         numbered = {str(n): index for n, index in enumerate(self.result_indexes, start=1)}
-        data: dict[str, Any] = {
+        data: CompareAttemptJson = {
             "status": "failed" if self.probabilities is None else "done",
             "request_id": self.request_id,
             "input_tokens": self.input_tokens,
@@ -613,7 +621,7 @@ class QuoteRunRecord:
                 return result
         raise ValueError(f"result {result_index} gets no rank request")
 
-    def rank_request(self, result_index: int) -> dict[str, Any]:
+    def rank_request(self, result_index: int) -> DecisionsRequest:
         result = self._target(result_index)
         return rank_request(self.question, result.title, result.url, result.sentences, self.model)
 
@@ -703,7 +711,7 @@ class QuoteRunRecord:
             )
         return compare_pool(self.candidates, compare_min=self.compare_min)
 
-    def compare_request(self) -> dict[str, Any] | None:
+    def compare_request(self) -> DecisionsRequest | None:
         """The compare body, or None when no candidate reaches COMPARE_MIN (then call `finish()`)."""
         pool = self._pool()
         if not pool:
@@ -779,7 +787,7 @@ class QuoteRunRecord:
         ids += [a.request_id for a in self._compares]
         return [i for i in ids if i]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RunJson:
         """A JSON-ready snapshot; valid at any point of the run."""
         attempts: list[RankAttempt | CompareAttempt] = [*self._ranks, *self._compares]
         return {

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic import JsonValue
+
 from checks.ndjson import RowLine
 from checks.registry import Registry
 
@@ -22,9 +24,9 @@ ENDPOINTS = ("decisions", "agent", "search")
 
 
 class KindOptions(Protocol):
-    """Validated options: `as_dict` is what the job row stores."""
+    """Validated options: `as_dict` is what the job row stores (JSON; each kind's parser fixes its keys)."""
 
-    def as_dict(self) -> dict[str, Any]: ...
+    def as_dict(self) -> dict[str, JsonValue]: ...
 
 
 @dataclass(frozen=True)

@@ -127,8 +127,9 @@ def _timestamp(record: logging.LogRecord) -> str:
     return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    # The bound ids are whatever the caller put on the record: both formatters write every value as text.
+    out: dict[str, object] = {
         "ts": _timestamp(record),
         "level": record.levelname.lower(),
         "logger": record.name,

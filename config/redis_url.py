@@ -29,7 +29,7 @@ dataclass's repr hides the original string and the password.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
@@ -170,9 +170,61 @@ def retry_policy() -> Retry:
     return Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), COMMAND_RETRIES)
 
 
+class ClientOptions(TypedDict):
+    """The keyword arguments a redis-py client is made with."""
+
+    socket_timeout: float
+    socket_connect_timeout: float
+    socket_keepalive: bool
+    health_check_interval: float
+    retry: Retry
+    retry_on_error: list[type[Exception]]
+
+
+class SentinelOptions(TypedDict):
+    """The keyword arguments of the connections to the Sentinels themselves (`sentinel_kwargs`)."""
+
+    socket_timeout: float
+    socket_connect_timeout: float
+
+
+class TransportOptions(TypedDict):
+    """kombu's Redis transport options for the broker; a Sentinel URL adds the master's name and how the
+    Sentinels are asked."""
+
+    visibility_timeout: int
+    socket_connect_timeout: float
+    socket_keepalive: bool
+    master_name: NotRequired[str | None]
+    sentinel_kwargs: NotRequired[SentinelOptions]
+
+
+class BackendOptions(TypedDict):
+    """The result backend's transport options (a Sentinel URL adds the same two as the broker's)."""
+
+    retry_policy: dict[str, float]
+    master_name: NotRequired[str | None]
+    sentinel_kwargs: NotRequired[SentinelOptions]
+
+
+class CeleryRedisSettings(TypedDict):
+    """The Celery settings `celery_redis_settings` gives, by Celery's own names."""
+
+    broker_url: str
+    result_backend: str
+    broker_transport: str
+    broker_connection_retry: bool
+    broker_connection_max_retries: int | None
+    redis_socket_connect_timeout: float
+    redis_retry_on_timeout: bool
+    redis_backend_health_check_interval: int
+    broker_transport_options: TransportOptions
+    result_backend_transport_options: BackendOptions
+
+
 def client_options(
     *, socket_timeout: float = SOCKET_TIMEOUT_S, connect_timeout: float = CONNECT_TIMEOUT_S
-) -> dict[str, Any]:
+) -> ClientOptions:
     """The connection settings every redis-py client of the product gets (the master's connections)."""
     return {
         "socket_timeout": socket_timeout,
@@ -184,7 +236,7 @@ def client_options(
     }
 
 
-def sentinel_options(connect_timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
+def sentinel_options(connect_timeout: float = CONNECT_TIMEOUT_S) -> SentinelOptions:
     """How the Sentinels themselves are asked: a Sentinel that does not answer within the connect timeout
     is skipped for the next one."""
     return {"socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout}
@@ -219,14 +271,14 @@ def redis_client(
     return client
 
 
-def celery_redis_settings(url: str, *, visibility_timeout: int) -> dict[str, Any]:
+def celery_redis_settings(url: str, *, visibility_timeout: int) -> CeleryRedisSettings:
     """The Celery settings for a Redis broker and result backend at `url` (plain or Sentinel).
 
     The worker's reconnect steps are not a setting Celery reads (its consumer calls kombu with kombu's
     defaults); workers/consumer.py applies the `RECONNECT_*` intervals above.
     """
     target = parse_redis_url(url)
-    transport: dict[str, Any] = {
+    transport: TransportOptions = {
         # A message must stay invisible for longer than the longest task (workers/api.py).
         "visibility_timeout": visibility_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
@@ -236,8 +288,8 @@ def celery_redis_settings(url: str, *, visibility_timeout: int) -> dict[str, Any
         # dispatcher sends each tick's windows in one batch (tests/integration/test_dispatch_send.py).
         # A publish that times out fails the tick's send, and its items are dispatched again.
     }
-    backend: dict[str, Any] = {"retry_policy": {"timeout": 5.0}}
-    conf: dict[str, Any] = {
+    backend: BackendOptions = {"retry_policy": {"timeout": 5.0}}
+    conf: CeleryRedisSettings = {
         "broker_url": target.kombu_url(),
         "result_backend": target.kombu_url(),
         # Tasks are consumed without acknowledgements (workers/broker.py says why).
@@ -247,12 +299,12 @@ def celery_redis_settings(url: str, *, visibility_timeout: int) -> dict[str, Any
         "redis_socket_connect_timeout": CONNECT_TIMEOUT_S,
         "redis_retry_on_timeout": True,
         "redis_backend_health_check_interval": 30,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": backend,
     }
     if target.is_sentinel:
-        sentinel = {"master_name": target.master_name, "sentinel_kwargs": sentinel_options()}
-        transport.update(sentinel)
-        backend.update(sentinel)
+        for options in (transport, backend):
+            options["master_name"] = target.master_name
+            options["sentinel_kwargs"] = sentinel_options()
         conf["broker_transport"] = "workers.broker:SentinelTransport"
-    conf["broker_transport_options"] = transport
-    conf["result_backend_transport_options"] = backend
     return conf

@@ -8,37 +8,43 @@ The API key is held here but never rendered: `Settings.__repr__` masks it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 DEFAULT_API_BASE = "https://api.perplexity.ai"
 
+N = TypeVar("N", int, float)
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+
+def _given(env: Mapping[str, str], name: str) -> str | None:
+    """The variable's value, or None when it is unset or blank (then the default applies)."""
     raw = env.get(name)
-    if raw is None or raw.strip() == "":
+    return None if raw is None or raw.strip() == "" else raw
+
+
+def _number(env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], what: str) -> N:
+    raw = _given(env, name)
+    if raw is None:
         return default
     try:
-        return int(raw)
+        return parse(raw)
     except ValueError as exc:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from exc
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number(env, name, default, int, "an integer")
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+    return _number(env, name, default, float, "a number")
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
+    raw = _given(env, name)
+    if raw is None:
         return default
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -49,10 +55,8 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _str(env: Mapping[str, str], name: str) -> str | None:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    return raw.strip()
+    raw = _given(env, name)
+    return None if raw is None else raw.strip()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from checks.quote_contracts import (
     SearchFacts,
     SourceRecord,
 )
+from checks.request_bodies import DecisionsRequest
 from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
@@ -62,7 +63,7 @@ def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -
     return Done(output.model_copy(update={"search": search}).dump(), calls.rows)
 
 
-def _decide(calls: Calls, body: dict[str, Any], model: str) -> tuple[Decision, dict[str, Any]]:
+def _decide(calls: Calls, body: DecisionsRequest, model: str) -> tuple[Decision, dict[str, Any]]:
     decision: Decision = calls.decide(body, model)
     facts = {
         **call_facts(decision.record),

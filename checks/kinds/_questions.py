@@ -3,8 +3,8 @@ entry stage, and the common fields of their result lines and summaries. Not a ki
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypedDict
 
 from pydantic import Field, JsonValue
 
@@ -21,7 +21,7 @@ from checks.contracts import (
 from checks.kinds._schemas import QUESTION_ROW, QUESTIONS_OPTIONS
 from checks.ndjson import RowLine
 from checks.options import QUESTIONS_OPTION_NAMES, parse_questions_options
-from checks.recipes import RowLimits
+from checks.recipes import KindOptions, RowLimits
 
 ENTRY_STAGE = "question"
 
@@ -34,9 +34,24 @@ def rows_from_items(items: Sequence[object], limits: RowLimits) -> Sequence[rule
     return rules.validate_question_rows(items, max_rows=limits.max_rows)
 
 
+class QuestionRecipeParts(TypedDict):
+    """The `Recipe` fields every question kind has alike, by their `Recipe` names and types."""
+
+    parse_options: Callable[[Mapping[str, Any]], KindOptions]
+    rows_from_lines: Callable[[Iterable[RowLine], RowLimits], Sequence[rules.QuestionRow]]
+    rows_from_items: Callable[[Sequence[object], RowLimits], Sequence[rules.QuestionRow]]
+    report: type[ReportHead]
+    row_required: tuple[str, ...]
+    row_fields: tuple[str, ...]
+    option_names: frozenset[str]
+    row_schema: Mapping[str, JsonValue]
+    options_schema: Mapping[str, JsonValue]
+    schema_names: tuple[str, str]
+
+
 # The parts of a `Recipe` that every question kind has alike: rows, options, the report head and their
 # schemas. Each question recipe spreads these and adds its own name, stages, contracts and CSV columns.
-QUESTION_RECIPE_PARTS: dict[str, Any] = {
+QUESTION_RECIPE_PARTS: QuestionRecipeParts = {
     "parse_options": parse_questions_options,
     "rows_from_lines": rows_from_lines,
     "rows_from_items": rows_from_items,
@@ -91,3 +106,34 @@ class QuestionsSummary(StoredContract):
 def as_report(report: object) -> ReportHead | None:
     """A stored report as its contract (None when there is none yet)."""
     return ReportHead.model_validate(report) if isinstance(report, dict) else None
+
+
+class ReportedLine(TypedDict):
+    """The `QuestionLine` fields of a question whose report is stored, as keyword arguments."""
+
+    custom_id: str
+    question: str | None
+    status: ItemStatusName
+    outcome: str | None
+    incomplete_steps: list[dict[str, JsonValue]]
+    model_note: str | None
+    request_ids: RequestIds
+    usage: Usage | None
+    report: ReportHead
+
+
+def reported_line(
+    custom_id: str, question: str | None, status: ItemStatusName, head: ReportHead
+) -> ReportedLine:
+    """What every question kind's results line takes from the report's head; each kind adds its own."""
+    return {
+        "custom_id": custom_id,
+        "question": question,
+        "status": status,
+        "outcome": head.status,
+        "incomplete_steps": [s.dump() for s in head.incomplete_steps],
+        "model_note": head.model_note,
+        "request_ids": head.request_ids,
+        "usage": head.usage,
+        "report": head,
+    }

@@ -8,7 +8,7 @@ in one module because the answer and quote recipes share the question schemas an
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import JsonValue
 
 from checks.claims import ALLOWED_FIELDS, CONTRADICTED_MAX, MAX_ID_CHARS, SUPPORTED_MIN
 from checks.options import CLAIMS_MODES, CUTOFFS_MODEL
@@ -17,36 +17,51 @@ from checks.pricing import DEFAULT_MODEL, KNOWN_MODELS
 from checks.questions import MAX_QUESTION_BYTES, MAX_QUESTION_ID_CHARS
 from checks.webhooks import MAX_URL_CHARS as MAX_WEBHOOK_URL_CHARS
 
+# The models a `model` option names, in the order the schemas list them.
+MODELS: list[JsonValue] = [*sorted(KNOWN_MODELS)]
+
+
+def _choice(values: list[JsonValue], default: str, description: str) -> dict[str, JsonValue]:
+    """A string option that takes one of `values`."""
+    return {"type": "string", "enum": values, "default": default, "description": description}
+
+
+def _positive_or_null(description: str) -> dict[str, JsonValue]:
+    """A number option above 0; null (or left out) means none."""
+    return {"type": ["number", "null"], "exclusiveMinimum": 0, "description": description}
+
+
 # Options every kind takes, one schema each.
-PRIORITY_OPTION: dict[str, Any] = {
-    "type": "string",
-    "enum": ["interactive", "batch"],
-    "default": "batch",
-    "description": "`interactive` work goes first within the tenant's share of the upstream "
+PRIORITY_OPTION = _choice(
+    ["interactive", "batch"],
+    "batch",
+    "`interactive` work goes first within the tenant's share of the upstream "
     "(9 of every 10 of its requests while it also has batch work); `factgate check/ask/quote` "
     "submit as interactive.",
-}
-BUDGET_OPTION: dict[str, Any] = {
-    "type": ["number", "null"],
-    "exclusiveMinimum": 0,
-    "description": "Stop sending once this much has been spent; remaining items are skipped.",
-}
-PACK_SIZE_OPTION: dict[str, Any] = {
+)
+BUDGET_OPTION = _positive_or_null("Stop sending once this much has been spent; remaining items are skipped.")
+PACK_SIZE_DESCRIPTION = (
+    "The most items (an answer's sentences, ungrounded claims) one Decisions request may "
+    "carry; 1 sends one request each. Packed items stay items of their own (docs/spec.md §9)."
+)
+PACK_SIZE_OPTION: dict[str, JsonValue] = {
     "type": "integer",
     "minimum": 1,
     "maximum": MAX_PACK_SIZE,
-    "description": "The most items (an answer's sentences, ungrounded claims) one Decisions request may "
-    "carry; 1 sends one request each. Packed items stay items of their own (docs/spec.md §9).",
+    "description": PACK_SIZE_DESCRIPTION,
 }
-AUDIT_SHARE_OPTION: dict[str, Any] = {
+AUDIT_SHARE_DESCRIPTION = (
+    "The share of packed answers (at least one) whose sentences are asked again one per "
+    "request, to measure agreement with the packed verdicts (`packing_audit`); 0 turns it off."
+)
+AUDIT_SHARE_OPTION: dict[str, JsonValue] = {
     "type": "number",
     "minimum": 0,
     "maximum": 1,
     "default": DEFAULT_AUDIT_SHARE,
-    "description": "The share of packed answers (at least one) whose sentences are asked again one per "
-    "request, to measure agreement with the packed verdicts (`packing_audit`); 0 turns it off.",
+    "description": AUDIT_SHARE_DESCRIPTION,
 }
-WEBHOOK_URL_OPTION: dict[str, Any] = {
+WEBHOOK_URL_OPTION: dict[str, JsonValue] = {
     "type": ["string", "null"],
     "format": "uri",
     "maxLength": MAX_WEBHOOK_URL_CHARS,
@@ -56,24 +71,21 @@ WEBHOOK_URL_OPTION: dict[str, Any] = {
     "the tenant's default URL is used, if it has one. Private, loopback and link-local addresses are "
     "refused when sending. Only present in the stored options when given.",
 }
-REUSE_OPTION: dict[str, Any] = {
-    "type": "string",
-    "enum": ["auto", "none"],
-    "default": "auto",
-    "description": "`auto`: a request identical to one a job of this tenant already sent (same model, "
+REUSE_OPTION = _choice(
+    ["auto", "none"],
+    "auto",
+    "`auto`: a request identical to one a job of this tenant already sent (same model, "
     "grounding mode and body) is answered from the tenant's verdict store at no cost, without an upstream "
     "call; never for a `…-latest` model, grounded requests only with `reuse_max_age_hours`. `none`: every "
     "request of this job is sent, and none is kept for later jobs. Only present in the stored options when "
     "`none`.",
-}
-REUSE_MAX_AGE_OPTION: dict[str, Any] = {
-    "type": ["number", "null"],
-    "exclusiveMinimum": 0,
-    "description": "Grounded requests may be answered from stored answers at most this many hours old "
-    "(the web changes, so without it a grounded request is always sent). Only present when given.",
-}
+)
+REUSE_MAX_AGE_OPTION = _positive_or_null(
+    "Grounded requests may be answered from stored answers at most this many hours old "
+    "(the web changes, so without it a grounded request is always sent). Only present when given."
+)
 
-CLAIM_ROW: dict[str, Any] = {
+CLAIM_ROW: dict[str, JsonValue] = {
     "type": "object",
     "description": "One claim. Unknown fields are rejected (allowed: " + ", ".join(ALLOWED_FIELDS) + ").",
     "required": ["id", "claim"],
@@ -98,13 +110,13 @@ CLAIM_ROW: dict[str, Any] = {
     },
 }
 
-CLAIMS_OPTIONS: dict[str, Any] = {
+CLAIMS_OPTIONS: dict[str, JsonValue] = {
     "type": "object",
     "additionalProperties": False,
     "description": "Options of a `claims` job. Unknown options are rejected. Cutoffs are applied by "
     "factgate and never sent to the model.",
     "properties": {
-        "model": {"type": "string", "enum": sorted(KNOWN_MODELS), "default": DEFAULT_MODEL},
+        "model": {"type": "string", "enum": MODELS, "default": DEFAULT_MODEL},
         "mode": {
             "type": "string",
             "enum": list(CLAIMS_MODES),
@@ -116,7 +128,7 @@ CLAIMS_OPTIONS: dict[str, Any] = {
         "pack_size": {
             **PACK_SIZE_OPTION,
             "default": 1,
-            "description": PACK_SIZE_OPTION["description"] + " Above 1 only with mode `ungrounded`.",
+            "description": PACK_SIZE_DESCRIPTION + " Above 1 only with mode `ungrounded`.",
         },
         "priority": PRIORITY_OPTION,
         "budget_usd": BUDGET_OPTION,
@@ -126,7 +138,7 @@ CLAIMS_OPTIONS: dict[str, Any] = {
     },
 }
 
-QUESTION_ROW: dict[str, Any] = {
+QUESTION_ROW: dict[str, JsonValue] = {
     "type": "object",
     "description": "One question of an `answer` or `quote` job.",
     "required": ["id", "question"],
@@ -145,7 +157,7 @@ QUESTION_ROW: dict[str, Any] = {
     },
 }
 
-QUESTIONS_OPTIONS: dict[str, Any] = {
+QUESTIONS_OPTIONS: dict[str, JsonValue] = {
     "type": "object",
     "additionalProperties": False,
     "description": "Options of an `answer` or `quote` job. The cutoffs of both checks are fixed "
@@ -153,7 +165,7 @@ QUESTIONS_OPTIONS: dict[str, Any] = {
     "properties": {
         "model": {
             "type": "string",
-            "enum": sorted(KNOWN_MODELS),
+            "enum": MODELS,
             "default": CUTOFFS_MODEL,
             "description": "The Decisions model that scores sentences / ranks results. The default is "
             f"the model the fixed cutoffs were measured on ({CUTOFFS_MODEL}); with any other model "
@@ -168,7 +180,7 @@ QUESTIONS_OPTIONS: dict[str, Any] = {
         },
         "audit_share": {
             **AUDIT_SHARE_OPTION,
-            "description": AUDIT_SHARE_OPTION["description"] + " `answer` jobs with pack_size above 1 only; "
+            "description": AUDIT_SHARE_DESCRIPTION + " `answer` jobs with pack_size above 1 only; "
             "stored only when given; `quote` jobs do not audit.",
         },
         "priority": PRIORITY_OPTION,

@@ -19,6 +19,7 @@ from checks.kinds._questions import (
     QuestionLine,
     QuestionsSummary,
     as_report,
+    reported_line,
 )
 from checks.packing import AUDIT_STAGE
 from checks.packing_audit import AuditPart, PackingAudit, combine
@@ -144,15 +145,7 @@ def result_line(
     if final:
         text["final_answer" if head.status == "done" else "partial_answer"] = answer_text(final)
     return AnswerResult(
-        custom_id=custom_id,
-        question=question,
-        status=status,
-        outcome=head.status,
-        incomplete_steps=[s.dump() for s in head.incomplete_steps],
-        model_note=head.model_note,
-        request_ids=head.request_ids,
-        usage=head.usage,
-        report=head,
+        **reported_line(custom_id, question, status, head),
         reused_from=reused_in(report.get("evidence") or []),
         **text,
     )

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from pydantic import JsonValue
+
 from checks.citation_contracts import (
     CitationCutoffs,
     CitationMetrics,
@@ -51,6 +53,9 @@ from checks.options import (
     REUSE_OPTION_NAMES,
     OptionsError,
     audit_share_option,
+    budget_option,
+    known_options,
+    model_option,
     number_option,
     pack_size_option,
     priority_option,
@@ -142,7 +147,7 @@ class CitationsOptions:
             checkable_min=self.checkable_min,
         )
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JsonValue]:
         return without_unset_webhook(
             {
                 "model": self.model,
@@ -175,15 +180,8 @@ def _boolean(raw: Mapping[str, object], name: str, default: bool) -> bool:
 
 def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     """Validate `citations` options; raises OptionsError naming the first bad option."""
-    raw = raw or {}
-    if not isinstance(raw, Mapping):
-        raise OptionsError("options", "must be an object")
-    unknown = sorted(set(raw) - OPTION_NAMES)
-    if unknown:
-        raise OptionsError(unknown[0], f"unknown option (allowed: {', '.join(sorted(OPTION_NAMES))})")
-    model = raw.get("model") or CUTOFFS_MODEL
-    if not isinstance(model, str) or model not in KNOWN_MODELS:
-        raise OptionsError("model", f"unknown model {model!r} (known: {', '.join(sorted(KNOWN_MODELS))})")
+    raw = known_options(raw, OPTION_NAMES)
+    model = model_option(raw, CUTOFFS_MODEL)
     defaults = CitationCutoffs()
     values: dict[str, float] = {}
     for name, default in defaults.model_dump().items():
@@ -196,9 +194,7 @@ def parse_options(raw: Mapping[str, object] | None) -> CitationsOptions:
     review = raw.get("review") or "none"
     if review not in REVIEWS:
         raise OptionsError("review", f"must be one of {', '.join(REVIEWS)}, got {review!r}")
-    budget = number_option(raw, "budget_usd", None)
-    if budget is not None and budget <= 0:
-        raise OptionsError("budget_usd", f"must be positive, got {budget}")
+    budget = budget_option(raw)
     input_format = raw.get("input_format") or "auto"
     if input_format not in INPUT_FORMATS:
         raise OptionsError(

@@ -55,37 +55,9 @@ class Bounds(Contract):
     max_review_rate: float
 
 
-class ScorecardFigures(Contract):
+class ScorecardFigures(rules.Scorecard):
     """Every figure of docs/spec.md §2 for one mode (checks/claims.py:Scorecard)."""
 
-    mode: rules.Mode
-    model: str
-    supported_min: float
-    contradicted_max: float
-    n: int
-    errors: int
-    supported: int
-    contradicted: int
-    review: int
-    labelled: int
-    labelled_errors: int
-    correct: int | None
-    wrong: int | None
-    labelled_review: int | None
-    missed_failures: int | None
-    false_contradictions: int | None
-    brier: float | None
-    flips: int | None
-    mean_input_tokens: float
-    mean_latency_s: float
-    mean_queue_wait_s: float
-    grounded_attempts: int
-    mean_search_results: float
-    cost_per_1000_usd: float
-    missed_failures_ok: bool | None
-    false_contradictions_ok: bool | None
-    review_ok: bool | None
-    acceptance: bool | None
     bounds: Bounds
 
 

@@ -17,6 +17,7 @@ from checks.kinds._questions import (
     QuestionLine,
     QuestionsSummary,
     as_report,
+    reported_line,
 )
 from checks.recipes import Recipe, StageSpec, register
 
@@ -94,17 +95,9 @@ def result_line(
     if report is None or head is None:
         return QuoteResult(custom_id=custom_id, question=question, status=status)
     return QuoteResult(
-        custom_id=custom_id,
-        question=question,
-        status=status,
-        outcome=head.status,
+        **reported_line(custom_id, question, status, head),
         quote=report.get("quote") if head.status == "quoted" else None,
         closest=report.get("closest") if head.status == "no_answer" else None,
-        incomplete_steps=[s.dump() for s in head.incomplete_steps],
-        model_note=head.model_note,
-        request_ids=head.request_ids,
-        usage=head.usage,
-        report=head,
         reused_from=reused_in([*(report.get("results") or []), report.get("compare")]),
     )
 
