@@ -21,6 +21,7 @@ from cli.kinds import cli_kind, render_line
 from cli.render import claim_modes, claims_table, scorecard_lines
 from cli.run import announce, fetch_job, finish, wait
 from cli.target import Target, open_target, server_from, token_from
+from clients.factgate_http import JobBody
 
 MODES = ("ungrounded", "grounded", "both")
 DEFAULT_ROWS = 200
@@ -145,7 +146,7 @@ def _srv(server: str | None) -> tuple[str, ...]:
     return ("--server", server) if server else ()
 
 
-def _claims_output(target: Target, job: dict[str, Any], data: bytes, rows: int) -> list[str]:
+def _claims_output(target: Target, job: JobBody, data: bytes, rows: int) -> list[str]:
     results = [ClaimResult.read(line) for line in target.client.results(str(job["id"]))]
     lines = claims_table(results, claim_modes(job), kinds=_kinds(data), limit=rows)
     summary = job.get("summary")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -22,6 +21,7 @@ from cli.kinds import render_line
 from cli.kinds.citations import metrics_line
 from cli.run import announce, fetch_job, finish, wait
 from cli.target import Target, open_target, server_from, token_from
+from clients.factgate_http import JobBody
 
 
 @click.command()
@@ -129,7 +129,7 @@ def citations(
         )
 
 
-def _submit(target: Target, data: bytes, options: Mapping[str, object], name: str) -> dict[str, Any]:
+def _submit(target: Target, data: bytes, options: Mapping[str, object], name: str) -> JobBody:
     """NDJSON goes as it is (streamed by the server); a JSON document's rows go as a JSON body's items,
     their problems named as the file names them (`test_cases[2].retrieval_context`)."""
     document = read_document(data)

@@ -19,6 +19,7 @@ from cli.errors import EXIT_GATE
 from cli.junit import write_junit
 from cli.kinds import read_line
 from cli.target import Target
+from clients.factgate_http import JobBody
 
 Values = tuple[str, ...]
 Gates = tuple[Gate, ...]
@@ -68,7 +69,7 @@ def gate_options(kind: str) -> Callable[[Any], Any]:
     return decorate
 
 
-def gate_lines(kind: str, job: dict[str, Any], gates: Sequence[Gate]) -> list[str]:
+def gate_lines(kind: str, job: JobBody, gates: Sequence[Gate]) -> list[str]:
     """What missed (empty: every gate is met, or there is none)."""
     if not gates:
         return []
@@ -76,7 +77,7 @@ def gate_lines(kind: str, job: dict[str, Any], gates: Sequence[Gate]) -> list[st
     return misses(gates, figures(kind, summary if isinstance(summary, dict) else {}))
 
 
-def write_report(target: Target, kind: str, job: dict[str, Any], path: Path, missed: Sequence[str]) -> None:
+def write_report(target: Target, kind: str, job: JobBody, path: Path, missed: Sequence[str]) -> None:
     """The job's results as JUnit XML at `path`."""
     lines = (read_line(kind, line) for line in target.client.results(str(job["id"])))
     write_junit(path, kind, job, lines, gate_lines=missed)

@@ -18,6 +18,7 @@ from checks.recipes import kind_names
 from cli.check_cmd import MODES
 from cli.errors import CliError, InputError
 from cli.target import open_target, server_from, token_from
+from clients.factgate_http import JobBody
 
 KINDS = kind_names()
 
@@ -34,7 +35,7 @@ def _server_options(fn: Any) -> Any:
     )(fn)
 
 
-def status_line(job: dict[str, Any]) -> str:
+def status_line(job: JobBody) -> str:
     counts = job.get("request_counts") or {}
     line = (
         f"job {job.get('id')} {job.get('kind')} {job.get('status')}: {counts.get('completed', 0)} of "
@@ -47,7 +48,7 @@ def status_line(job: dict[str, Any]) -> str:
     return line
 
 
-def schedule_line(job: dict[str, Any]) -> str | None:
+def schedule_line(job: JobBody) -> str | None:
     """Where a live job stands with the scheduler: why it waits, or its share and ETA (None once ended)."""
     if job.get("status") == "validating":
         return "validating: every row was accepted; its requests are being created, then it is queued"
@@ -93,7 +94,7 @@ def submit(
     token: str | None,
 ) -> None:
     """Submit FILE (NDJSON rows) as a job; prints the job id on stdout."""
-    options: dict[str, Any] = {"mode": mode, "model": model}
+    options: dict[str, str | None] = {"mode": mode, "model": model}
     for item in extra:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
@@ -21,6 +20,7 @@ from cli.progress import wait_for_job
 from cli.render import SIMULATED_NOTE
 from cli.report import write_local_report
 from cli.target import Target
+from clients.factgate_http import JobBody
 
 LOCAL_POLL_S = 0.25
 REMOTE_POLL_S = 1.0
@@ -44,7 +44,7 @@ def announce(target: Target) -> None:
     click.echo(where, err=True)
 
 
-def wait(target: Target, job: dict[str, Any], *, resume_hint: str) -> dict[str, Any]:
+def wait(target: Target, job: JobBody, *, resume_hint: str) -> JobBody:
     """Wait for the job to end (progress on stderr); on Ctrl-C explain how to pick it up again."""
     job_id = str(job["id"])
     interval = LOCAL_POLL_S if target.local else REMOTE_POLL_S
@@ -71,7 +71,7 @@ def wait(target: Target, job: dict[str, Any], *, resume_hint: str) -> dict[str, 
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
 
-def fetch_job(target: Target, job_id: str, kind: str) -> dict[str, Any]:
+def fetch_job(target: Target, job_id: str, kind: str) -> JobBody:
     """An existing job (for --resume), checked to be of the expected kind."""
     job = target.client.job(job_id)
     if job.get("kind") != kind:
@@ -81,7 +81,7 @@ def fetch_job(target: Target, job_id: str, kind: str) -> dict[str, Any]:
 
 def finish(
     target: Target,
-    job: dict[str, Any],
+    job: JobBody,
     *,
     report_path: Path | None,
     render: Callable[[], list[str]],
