@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from flask import Blueprint, Response, jsonify, request, url_for
 
@@ -62,7 +61,9 @@ MAX_LIST_LIMIT = 500
 JOB_NOT_FOUND = "no job with that id"
 
 
-def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def _json(
+    payload: Mapping[str, object], status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
     resp = jsonify(payload)
     resp.status_code = status
     for name, value in (headers or {}).items():
