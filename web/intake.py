@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from pydantic import JsonValue
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
@@ -41,7 +42,7 @@ from jobs.kinds import job_kind
 from jobs.quotas import check_items, check_submission, item_quota
 from models import Job, Tenant, utcnow
 from web.body import Readable, drain, iter_body_lines, read_json_body
-from web.errors import invalid, too_large
+from web.errors import Problem, invalid, too_large
 from web.fingerprint import SubmissionFingerprint
 
 MAX_METADATA_BYTES = 16 * 1024
@@ -57,10 +58,10 @@ class PreparedJob:
     """A submission that passed every check: ready for `jobs.intake.create_job`."""
 
     kind: str
-    options: dict[str, Any]
+    options: dict[str, JsonValue]
     units: list[UnitSpec]
     warnings: list[str]
-    metadata: dict[str, Any]
+    metadata: dict[str, JsonValue]
 
 
 class KindIntake(Protocol):
@@ -108,7 +109,7 @@ class LoadedRows:
 class PreparedRows:
     """What a kind makes of valid rows: the options as stored, the items to create, intake warnings."""
 
-    options: dict[str, Any]
+    options: dict[str, JsonValue]
     units: list[UnitSpec]
     warnings: list[str]
 
@@ -121,9 +122,9 @@ def options_error(exc: OptionsError, *, prefix: str = "options.") -> Exception:
     return invalid(f'option "{exc.field}": {exc.message}', field=f"{prefix}{exc.field}")
 
 
-def _row_error_entry(err: claim_rules.RowError) -> dict[str, Any]:
+def _row_error_entry(err: claim_rules.RowError) -> Problem:
     """One problem in the API's shape: NDJSON rows by 1-based `line`, JSON items by 0-based `index`."""
-    entry: dict[str, Any] = {}
+    entry: Problem = {}
     if err.unit == "item" and err.line is not None:
         index = err.line - 1
         entry["index"] = index
@@ -144,7 +145,7 @@ def _row_error_entry(err: claim_rules.RowError) -> dict[str, Any]:
 def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> Exception:
     """400 listing every kept problem; the top level repeats the first one's position."""
     entries = [_row_error_entry(e) for e in exc.errors]
-    first = entries[0] if entries else {"message": str(exc)}
+    first: Problem = entries[0] if entries else {"message": str(exc)}
     total = exc.total
     noun = "problem" if total == 1 else "problems"
     message = f"{total} {noun} in the batch, nothing was stored; first: {first['message']}"
@@ -262,7 +263,7 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
-def check_metadata(value: object, *, field: str = "metadata") -> dict[str, Any]:
+def check_metadata(value: object, *, field: str = "metadata") -> dict[str, JsonValue]:
     """An object of at most 16 KB of JSON whose strings Postgres can store; else 400."""
     if value is None:
         return {}
@@ -350,7 +351,7 @@ def prepare_json(body: object, settings: Settings) -> PreparedJob:
     return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
 
 
-def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, dict[str, Any]]:
+def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, dict[str, JsonValue]]:
     """Kind, intake, options and metadata of an NDJSON submission, from its query parameters."""
     kind, intake = intake_for(args.get("kind"))
     raw_options = {k: v for k, v in args.items() if k not in NDJSON_META_PARAMS}
@@ -358,7 +359,7 @@ def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, di
         options = intake.parse_options(raw_options)
     except OptionsError as exc:
         raise options_error(exc, prefix="") from None
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, JsonValue] = {}
     raw_meta = args.get("metadata")
     if raw_meta:
         try:
