@@ -18,8 +18,9 @@ from checks.kinds.claims import ClaimResult
 from cli.errors import InputError
 from cli.gate import gate_options
 from cli.kinds import cli_kind, render_line
+from cli.options import resume_options
 from cli.render import claim_modes, claims_table, scorecard_lines
-from cli.run import announce, fetch_job, finish, wait
+from cli.run import announce, fetch_job, finish, submitted_or_resumed, wait
 from cli.target import Target, open_target, server_from, token_from
 from clients.factgate_http import JobBody
 
@@ -76,14 +77,7 @@ def _command_line(*parts: str | None) -> str:
 @click.option("--contradicted-max", type=float, default=None, help="Verdict cutoff (default 0.2).")
 @click.option("--budget-usd", type=float, default=None, help="Stop sending requests past this spend.")
 @_server_options
-@click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Where to write the HTML report (embedded; default instance/reports/).",
-)
+@resume_options
 @click.option("--rows", type=click.IntRange(0), default=DEFAULT_ROWS, show_default=True, help="Table rows.")
 @gate_options("claims")
 def check(
@@ -124,12 +118,13 @@ def check(
     }
     with open_target(srv, token_from(token), run_worker=True) as target:
         announce(target)
-        if resume_id is not None:
-            job = fetch_job(target, resume_id, "claims")
-        else:
-            job = target.client.submit_ndjson(data, kind="claims", options=options, input_name=str(file))
-            n = (job.get("request_counts") or {}).get("total", 0)
-            click.echo(f"job {job['id']}: {n} requests queued", err=True)
+        job = submitted_or_resumed(
+            target,
+            "claims",
+            resume_id,
+            lambda: target.client.submit_ndjson(data, kind="claims", options=options, input_name=str(file)),
+            "requests",
+        )
         hint = _command_line("check", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
         job = wait(target, job, resume_hint=hint)
         finish(
@@ -195,17 +190,7 @@ def _question_command(
 
 
 def _question_options(fn: Any) -> Any:
-    fn = click.option(
-        "--report",
-        "report_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Where to write the HTML report (embedded; default instance/reports/).",
-    )(fn)
-    fn = click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")(
-        fn
-    )
-    fn = _server_options(fn)
+    fn = _server_options(resume_options(fn))
     return click.option(
         "--model",
         default=None,

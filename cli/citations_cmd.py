@@ -19,7 +19,8 @@ from cli.errors import InputError
 from cli.gate import gate_options
 from cli.kinds import render_line
 from cli.kinds.citations import metrics_line
-from cli.run import announce, fetch_job, finish, wait
+from cli.options import resume_options
+from cli.run import announce, finish, submitted_or_resumed, wait
 from cli.target import Target, open_target, server_from, token_from
 from clients.factgate_http import JobBody
 
@@ -54,14 +55,7 @@ from clients.factgate_http import JobBody
     "row tells).",
 )
 @_server_options
-@click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Where to write the HTML report (embedded; default instance/reports/).",
-)
+@resume_options
 @gate_options("citations")
 def citations(
     *,
@@ -109,12 +103,10 @@ def citations(
     }
     with open_target(srv, token_from(token), run_worker=True) as target:
         announce(target)
-        if resume_id is not None:
-            job = fetch_job(target, resume_id, "citations")
-        else:
-            job = _submit(target, data, options, str(file))
-            n = (job.get("request_counts") or {}).get("total", 0)
-            click.echo(f"job {job['id']}: {n} answers queued", err=True)
+        job = submitted_or_resumed(
+            target, "citations", resume_id, lambda: _submit(target, data, options, str(file)), "answers"
+        )
+        if resume_id is None:
             for warning in job.get("warnings") or []:
                 click.echo(warning, err=True)  # how the rows were read (RAGAS, DeepEval)
         hint = _command_line("citations", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))

@@ -17,6 +17,7 @@ import click
 from checks.recipes import kind_names
 from cli.check_cmd import MODES
 from cli.errors import CliError, InputError
+from cli.options import output_file
 from cli.target import open_target, server_from, token_from
 from clients.factgate_http import JobBody
 
@@ -148,13 +149,7 @@ def status(job_id: str, as_json: bool, server: str | None, token: str | None) ->
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to this file instead of stdout.",
-)
+@output_file("-o", "--output", help="Write to this file instead of stdout.")
 @click.option("--format", "fmt", type=click.Choice(("ndjson", "csv")), default="ndjson", show_default=True)
 @_server_options
 def results(job_id: str, output: Path | None, fmt: str, server: str | None, token: str | None) -> None:

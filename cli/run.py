@@ -79,6 +79,19 @@ def fetch_job(target: Target, job_id: str, kind: str) -> JobBody:
     return job
 
 
+def submitted_or_resumed(
+    target: Target, kind: str, resume_id: str | None, submit: Callable[[], JobBody], noun: str
+) -> JobBody:
+    """The job to wait for: the one `--resume` names, else the one `submit()` creates, its size said on
+    stderr (`noun`: what its items are to the reader)."""
+    if resume_id is not None:
+        return fetch_job(target, resume_id, kind)
+    job = submit()
+    n = (job.get("request_counts") or {}).get("total", 0)
+    click.echo(f"job {job['id']}: {n} {noun} queued", err=True)
+    return job
+
+
 def finish(
     target: Target,
     job: JobBody,
