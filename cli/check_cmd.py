@@ -7,7 +7,6 @@ FACTGATE_URL sends the job to a factgate server instead. Either way the job goes
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,14 @@ def _read_file(path: Path) -> bytes:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def read_input(file: Path | None, resume_id: str | None, what: str) -> bytes:
+    """FILE's bytes, or none when the command waits for an earlier job (`--resume`): it needs one of the
+    two (`what`: the file's contents, as the message names them)."""
+    if file is None and resume_id is None:
+        raise InputError(f"give {what} FILE (or --resume JOB to continue an earlier check)")
+    return _read_file(file) if file is not None else b""
+
+
 def _kinds(data: bytes) -> dict[str, str]:
     """Each claim's `kind` (stable/recent…) for the table; the server validates the file, not this."""
     kinds: dict[str, str] = {}
@@ -63,10 +70,6 @@ def _kinds(data: bytes) -> dict[str, str]:
         if isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("kind"), str):
             kinds[row["id"]] = row["kind"][:12]
     return kinds
-
-
-def _command_line(*parts: str | None) -> str:
-    return "factgate " + " ".join(shlex.quote(p) for p in parts if p)
 
 
 @click.command()
@@ -103,9 +106,7 @@ def check(
     scorecard of each mode with acceptance, the job id and the report. Ctrl-C leaves the job saved;
     the command prints how to resume it.
     """
-    if file is None and resume_id is None:
-        raise InputError("give a claims FILE (or --resume JOB to continue an earlier check)")
-    data = _read_file(file) if file is not None else b""
+    data = read_input(file, resume_id, "a claims")
     srv = server_from(server)
     options = {
         "mode": mode,
@@ -125,8 +126,7 @@ def check(
             lambda: target.client.submit_ndjson(data, kind="claims", options=options, input_name=str(file)),
             "requests",
         )
-        hint = _command_line("check", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
-        job = wait(target, job, resume_hint=hint)
+        job = wait(target, job, "check", str(file) if file else None, srv)
         finish(
             target,
             job,
@@ -135,10 +135,6 @@ def check(
             gates=(*fail_under, *fail_over),
             junit_path=junit_path,
         )
-
-
-def _srv(server: str | None) -> tuple[str, ...]:
-    return ("--server", server) if server else ()
 
 
 def _claims_output(target: Target, job: JobBody, data: bytes, rows: int) -> list[str]:
@@ -177,8 +173,7 @@ def _question_command(
                 "items": [{"id": "q1", "question": question}],
             }
             job = target.client.submit_json(body, input_name="the question")
-        hint = _command_line(cli_kind(kind).command, question, "--resume", str(job["id"]), *_srv(srv))
-        job = wait(target, job, resume_hint=hint)
+        job = wait(target, job, cli_kind(kind).command, question, srv)
 
         def output() -> list[str]:
             lines: list[str] = []

@@ -14,8 +14,7 @@ import click
 from checks.citation_contracts import CitationsSummary
 from checks.citation_formats import INPUT_FORMATS, read_document
 from checks.gates import Gate
-from cli.check_cmd import _command_line, _read_file, _server_options, _srv
-from cli.errors import InputError
+from cli.check_cmd import _server_options, read_input
 from cli.gate import gate_options
 from cli.kinds import render_line
 from cli.kinds.citations import metrics_line
@@ -85,9 +84,7 @@ def citations(
     citation metrics of each answer and of the job. Ctrl-C leaves the job saved; the command prints how
     to resume it. --fail-under/--fail-over make it a CI gate (exit 3 on a miss).
     """
-    if file is None and resume_id is None:
-        raise InputError("give an answers FILE (or --resume JOB to continue an earlier check)")
-    data = _read_file(file) if file is not None else b""
+    data = read_input(file, resume_id, "an answers")
     srv = server_from(server)
     options = {
         "model": model,
@@ -109,8 +106,7 @@ def citations(
         if resume_id is None:
             for warning in job.get("warnings") or []:
                 click.echo(warning, err=True)  # how the rows were read (RAGAS, DeepEval)
-        hint = _command_line("citations", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
-        job = wait(target, job, resume_hint=hint)
+        job = wait(target, job, "citations", str(file) if file else None, srv)
         finish(
             target,
             job,

@@ -76,15 +76,24 @@ class ApiClient:
         """`call()` again while it answers 503 (clients/factgate_http.py); the last answer is returned."""
         return patiently(call, budget_s=self._unavailable_budget_s, sleep=self._sleep)
 
-    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _answer(self, call: Callable[[], httpx.Response], *, late: str, doing: str) -> httpx.Response:
+        """`call()`'s response; a transport failure as a CliError (`late`: what did not come in time, after
+        "did not answer"; `doing`: what failed, before "factgate at …")."""
         try:
-            response = self._patiently(lambda: self._http.request(method, path, **kw))
+            return call()
         except httpx.ConnectError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         except httpx.TimeoutException:
-            raise CliError(f"factgate at {self.where} did not answer in time ({method} {path})") from None
+            raise CliError(f"factgate at {self.where} did not answer {late}") from None
         except httpx.HTTPError as exc:
-            raise CliError(f"talking to factgate at {self.where} failed: {_reason(exc)}") from None
+            raise CliError(f"{doing} factgate at {self.where} failed: {_reason(exc)}") from None
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        response = self._answer(
+            lambda: self._patiently(lambda: self._http.request(method, path, **kw)),
+            late=f"in time ({method} {path})",
+            doing="talking to",
+        )
         if response.status_code >= 400:
             self._raise(response, path)
         return response
@@ -146,14 +155,11 @@ class ApiClient:
 
         # A streamed body (an iterator) is used up by the first try and cannot be sent again.
         again = bool(idempotency_key) and isinstance(lines, bytes)
-        try:
-            response = self._patiently(post) if again else post()
-        except httpx.ConnectError as exc:
-            raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
-        except httpx.TimeoutException:
-            raise CliError(f"factgate at {self.where} did not answer the submission in time") from None
-        except httpx.HTTPError as exc:
-            raise CliError(f"submitting to factgate at {self.where} failed: {_reason(exc)}") from None
+        response = self._answer(
+            (lambda: self._patiently(post)) if again else post,
+            late="the submission in time",
+            doing="submitting to",
+        )
         if response.status_code >= 400:
             self._raise(response, "/v1/jobs", input_name)
         job: JobBody = response.json()

@@ -7,6 +7,7 @@ how to resume; against a server, the job simply keeps running there.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -44,9 +45,12 @@ def announce(target: Target) -> None:
     click.echo(where, err=True)
 
 
-def wait(target: Target, job: JobBody, *, resume_hint: str) -> JobBody:
-    """Wait for the job to end (progress on stderr); on Ctrl-C explain how to pick it up again."""
+def wait(target: Target, job: JobBody, command: str, argument: str | None, server: str | None) -> JobBody:
+    """Wait for the job to end (progress on stderr); on Ctrl-C explain how to pick it up again: the command
+    line that waits for it again, `factgate COMMAND ARGUMENT --resume JOB` (`--server URL` for a server's)."""
     job_id = str(job["id"])
+    parts = [command, argument, "--resume", job_id, *(("--server", server) if server else ())]
+    resume_hint = "factgate " + " ".join(shlex.quote(p) for p in parts if p)
     interval = LOCAL_POLL_S if target.local else REMOTE_POLL_S
     try:
         return wait_for_job(
