@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from flask import Blueprint, Response, jsonify, request, url_for
 
@@ -59,6 +60,8 @@ CSV_TYPES = ("text/csv",)
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 JOB_NOT_FOUND = "no job with that id"
+
+N = TypeVar("N", int, float)  # a number read from the query string
 
 
 def _json(
@@ -217,14 +220,22 @@ def _enqueue_start(job: Job) -> None:
 # --- reading jobs --------------------------------------------------------------------------------------
 
 
-def _int_param(name: str, default: int, low: int, high: int) -> int:
+def _number_param(name: str, parse: Callable[[str], N], what: str) -> N | None:
+    """The query parameter `name` as `parse` reads it (None when absent or empty); else a 400 saying it must
+    be `what`."""
     raw = request.args.get(name)
     if raw is None or raw == "":
-        return default
+        return None
     try:
-        value = int(raw)
+        return parse(raw)
     except ValueError:
-        raise invalid(f"{name} must be a whole number, got {raw[:40]!r}", field=name) from None
+        raise invalid(f"{name} must be {what}, got {raw[:40]!r}", field=name) from None
+
+
+def _int_param(name: str, default: int, low: int, high: int) -> int:
+    value = _number_param(name, int, "a whole number")
+    if value is None:
+        return default
     if not low <= value <= high:
         raise invalid(f"{name} must be between {low} and {high}, got {value}", field=name)
     return value
@@ -327,15 +338,9 @@ def job_errors(job_id: str) -> Response:
 
 
 def _cutoff_param(name: str) -> float | None:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise invalid(f"{name} must be a number, got {raw[:40]!r}", field=name) from None
-    if not math.isfinite(value):
-        raise invalid(f"{name} must be a finite number, got {raw[:40]!r}", field=name)
+    value = _number_param(name, float, "a number")
+    if value is not None and not math.isfinite(value):
+        raise invalid(f"{name} must be a finite number, got {request.args[name][:40]!r}", field=name)
     return value
 
 

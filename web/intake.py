@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -62,6 +63,29 @@ class PreparedJob:
     units: list[UnitSpec]
     warnings: list[str]
     metadata: dict[str, JsonValue]
+
+    def create(
+        self,
+        session: Session,
+        tenant_id: uuid.UUID,
+        *,
+        simulated: bool,
+        idempotency_key: str | None = None,
+        submission_sha256: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Store it: `jobs.intake.create_job` (the caller has checked the tenant's quotas)."""
+        return create_job(
+            session,
+            tenant_id=tenant_id,
+            kind=self.kind,
+            options=self.options,
+            units=self.units,
+            idempotency_key=idempotency_key,
+            metadata=self.metadata,
+            warnings=self.warnings,
+            simulated=simulated,
+            submission_sha256=submission_sha256,
+        )
 
 
 class KindIntake(Protocol):
@@ -436,16 +460,11 @@ def submit_stream(
         prepared = _prepare_whole(body_format, args, body, declared_length, settings)
         check_items(tenant, len(prepared.units))
         drain(body, limit, body.bytes_read)  # whatever validation did not need still counts
-        job, created = create_job(
+        job, created = prepared.create(
             session,
-            tenant_id=tenant.id,
-            kind=prepared.kind,
-            options=prepared.options,
-            units=prepared.units,
-            idempotency_key=idempotency_key,
-            metadata=prepared.metadata,
-            warnings=prepared.warnings,
+            tenant.id,
             simulated=simulated,
+            idempotency_key=idempotency_key,
             submission_sha256=fingerprint.hexdigest(),
         )
         return Submission(job, created, fingerprint.hexdigest())

@@ -39,7 +39,6 @@ from checks.ndjson import MAX_ERRORS_KEPT
 from checks.options import CLAIMS_MODES
 from checks.recipes import Recipe, recipe_for
 from config import Settings
-from jobs.intake import create_job
 from jobs.quotas import QuotaExceeded, check_items, check_submission
 from models import Job, Tenant, utcnow
 from web.auth import current_tenant
@@ -160,16 +159,7 @@ def _submit_json(session: Session, upload: Upload, tenant: Tenant, cfg: Settings
         raise
     prepared = prepare_json(_json_body(upload, document), cfg)
     check_items(tenant, len(prepared.units))
-    job, _created = create_job(
-        session,
-        tenant_id=tenant.id,
-        kind=prepared.kind,
-        options=prepared.options,
-        units=prepared.units,
-        metadata=prepared.metadata,
-        warnings=prepared.warnings,
-        simulated=cfg.uses_simulator,
-    )
+    job, _created = prepared.create(session, tenant.id, simulated=cfg.uses_simulator)
     return job
 
 
