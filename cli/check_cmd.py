@@ -17,7 +17,7 @@ from checks.kinds.claims import ClaimResult
 from cli.errors import InputError
 from cli.gate import gate_options
 from cli.kinds import cli_kind, render_line
-from cli.options import resume_options
+from cli.options import resume_options, server_options
 from cli.render import claim_modes, claims_table, scorecard_lines
 from cli.run import announce, fetch_job, finish, submitted_or_resumed, wait
 from cli.target import Target, open_target, server_from, token_from
@@ -27,19 +27,10 @@ MODES = ("ungrounded", "grounded", "both")
 DEFAULT_ROWS = 200
 
 
-def _server_options(fn: Any) -> Any:
-    fn = click.option(
-        "--token",
-        default=None,
-        metavar="TOKEN",
-        help="Bearer token for --server (default: FACTGATE_TOKEN).",
-    )(fn)
-    return click.option(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="Run on this factgate server (default: FACTGATE_URL; unset = embedded, in this process).",
-    )(fn)
+_server_options = server_options(
+    "Run on this factgate server (default: FACTGATE_URL; unset = embedded, in this process).",
+    "Bearer token for --server (default: FACTGATE_TOKEN).",
+)
 
 
 def _read_file(path: Path) -> bytes:

@@ -10,30 +10,23 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from checks.recipes import kind_names
 from cli.check_cmd import MODES
 from cli.errors import CliError, InputError
-from cli.options import output_file
+from cli.options import output_file, server_options
 from cli.target import open_target, server_from, token_from
 from clients.factgate_http import JobBody
 
 KINDS = kind_names()
 
 
-def _server_options(fn: Any) -> Any:
-    fn = click.option(
-        "--token", default=None, metavar="TOKEN", help="Bearer token (default: FACTGATE_TOKEN)."
-    )(fn)
-    return click.option(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="factgate server (default: FACTGATE_URL; unset = local).",
-    )(fn)
+_server_options = server_options(
+    "factgate server (default: FACTGATE_URL; unset = local).",
+    "Bearer token (default: FACTGATE_TOKEN).",
+)
 
 
 def status_line(job: JobBody) -> str:

@@ -18,6 +18,16 @@ def output_file(*decls: str, help: str) -> Callable[[F], F]:
     return click.option(*decls, type=click.Path(dir_okay=False, path_type=Path), default=None, help=help)
 
 
+def server_options(server_help: str, token_help: str, /) -> Callable[[F], F]:
+    """`--server URL` and `--token TOKEN`, with the command's own help for each."""
+
+    def decorate(fn: F) -> F:
+        fn = click.option("--token", default=None, metavar="TOKEN", help=token_help)(fn)
+        return click.option("--server", default=None, metavar="URL", help=server_help)(fn)
+
+    return decorate
+
+
 def resume_options(fn: F) -> F:
     """`--resume JOB` and `--report PATH`, of the commands that submit a job and wait for it."""
     report = output_file("--report", "report_path", help=REPORT_HELP)
