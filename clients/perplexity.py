@@ -629,18 +629,12 @@ class _Usage(TypedDict, total=False):
 
 def _usage(result: Decision | AgentAnswer | SearchResponse) -> _Usage:
     """What the call record keeps from a validated answer."""
-    if isinstance(result, Decision):
-        return {
-            "model": result.model,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "search_results": len(result.search_results),
-        }
-    if isinstance(result, AgentAnswer):
-        return {
-            "model": result.model,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "search_results": len(result.results),
-        }
-    return {"search_results": len(result.results)}
+    if isinstance(result, SearchResponse):
+        return {"search_results": len(result.results)}
+    found = result.search_results if isinstance(result, Decision) else result.results
+    return {
+        "model": result.model,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "search_results": len(found),
+    }

@@ -268,11 +268,11 @@ def get_job_view(job_id: str) -> Response:
     return _json(live_status_object(db_session(), resources().sessions, job))
 
 
-def _export(body: Iterator[str], mimetype: str) -> Response:
-    """A streamed export holding one of the tenant's export slots (web/export_slots.py); 429 when none is
-    free."""
+def _export(job: Job, body: Iterator[str], mimetype: str, disposition: str | None = None) -> Response:
+    """A streamed export of `job` holding one of the tenant's export slots (web/export_slots.py); 429 when
+    none is free."""
     try:
-        return export_response(body, mimetype)
+        return export_response(body, mimetype, job_status=job.status, disposition=disposition)
     except ExportsBusy as exc:
         raise ApiError(
             429,
@@ -306,22 +306,17 @@ def job_results(job_id: str) -> Response:
         if after is not None:
             raise invalid("after resumes the NDJSON stream only; leave it out with format=csv", field="after")
         body = stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind], allowed=token_still_live())
-        resp = _export(body, "text/csv")
-        resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
-    else:
-        start = START
-        if after is not None:
-            cursor = result_cursor(db_session(), job, after)
-            if cursor is None:
-                raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
-            start = cursor
-        body = stream_job(
-            sessions, job.id, iterator, ndjson_lines, start=start, after=after, allowed=token_still_live()
-        )
-        resp = _export(body, NDJSON_MIMETYPE)
-        resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
-    resp.headers["X-Job-Status"] = job.status
-    return resp
+        return _export(job, body, "text/csv", f'attachment; filename="factgate-{job.id}-results.csv"')
+    start = START
+    if after is not None:
+        cursor = result_cursor(db_session(), job, after)
+        if cursor is None:
+            raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
+        start = cursor
+    body = stream_job(
+        sessions, job.id, iterator, ndjson_lines, start=start, after=after, allowed=token_still_live()
+    )
+    return _export(job, body, NDJSON_MIMETYPE, f'inline; filename="factgate-{job.id}-results.ndjson"')
 
 
 @api.get("/jobs/<job_id>/errors")
@@ -332,9 +327,7 @@ def job_errors(job_id: str) -> Response:
     lines = stream_job(
         resources().sessions, job.id, unsuccessful_items_page, ndjson_lines, allowed=token_still_live()
     )
-    resp = _export(lines, NDJSON_MIMETYPE)
-    resp.headers["X-Job-Status"] = job.status
-    return resp
+    return _export(job, lines, NDJSON_MIMETYPE)
 
 
 def _cutoff_param(name: str) -> float | None:
