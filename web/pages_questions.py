@@ -128,7 +128,7 @@ def questions_report_context(
     *,
     template: str,
     statuses: Mapping[str, tuple[str, str, str]],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The report page's context of a kind whose report is a page of questions (answer, quote): its
     `template` and the names of its questions' `statuses`; all of them at once when not `interactive`."""
     questions = question_reports(session, job, args, page_size=QUESTIONS_PAGE_SIZE if interactive else None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -13,7 +12,7 @@ from web.kinds import WebKind, register
 from web.pages_questions import QUOTE_STATUSES, questions_report_context
 
 
-def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, Any]:
+def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, object]:
     return questions_report_context(
         session, job, args, interactive, template="report_quote.html", statuses=QUOTE_STATUSES
     )
