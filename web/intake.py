@@ -26,7 +26,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import JsonValue
 from sqlalchemy.orm import Session
@@ -86,38 +86,6 @@ class PreparedJob:
             simulated=simulated,
             submission_sha256=submission_sha256,
         )
-
-
-class KindIntake(Protocol):
-    """What a job kind provides to intake. Raise `ApiError` (via `invalid`) for every problem."""
-
-    def parse_options(self, raw: Mapping[str, Any]) -> Any:
-        """Validated options (any object); called before the body is read."""
-        ...
-
-    @property
-    def streams(self) -> bool:
-        """Whether `load` may be called (else NDJSON and CSV bodies are validated in memory)."""
-        ...
-
-    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows: ...
-
-    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows: ...
-
-    def load(
-        self,
-        session: Session,
-        job: Job,
-        *,
-        options: Any,
-        lines: Iterable[RowLine],
-        settings: Settings,
-        quota: Callable[[int], None],
-    ) -> LoadedRows:
-        """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
-        into the staging table under `job`'s id as it is read (Postgres; jobs/bulk_load.py builds the items).
-        `quota(items)` is called with the running item count and raises when it is over the quota."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -184,12 +152,14 @@ def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> E
 
 class RecipeIntake:
     """A kind's intake: its recipe (checks/kinds/) validates options and rows, its jobs/ part makes the
-    items. Row errors keep the recipe's line / item and field messages (see `rows_error`)."""
+    items. Every problem is an `ApiError` (via `invalid`); row errors keep the recipe's line / item and field
+    messages (see `rows_error`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
     def parse_options(self, raw: Mapping[str, Any]) -> Any:
+        """Validated options (the recipe's object); called before the body is read."""
         return recipe_for(self.kind).parse_options(raw)
 
     def _units(self, options: Any, rows: Sequence[Any]) -> PreparedRows:
@@ -218,6 +188,9 @@ class RecipeIntake:
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
+        """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
+        into the staging table under `job`'s id as it is read (Postgres; jobs/bulk_load.py builds the items).
+        `quota(items)` is called with the running item count and raises when it is over the quota."""
         loader = job_kind(self.kind).load
         if loader is None:
             raise TypeError(f"kind {self.kind!r} has no streamed loader (check `streams` first)")
@@ -245,10 +218,10 @@ def _limits(settings: Settings, options: object) -> RowLimits:
     )
 
 
-class _Intakes(Mapping[str, KindIntake]):
+class _Intakes(Mapping[str, RecipeIntake]):
     """Every registered kind's intake, by name, in the recipes' order."""
 
-    def __getitem__(self, kind: str) -> KindIntake:
+    def __getitem__(self, kind: str) -> RecipeIntake:
         if kind not in kind_names():
             raise KeyError(kind)
         return RecipeIntake(kind)
@@ -260,10 +233,10 @@ class _Intakes(Mapping[str, KindIntake]):
         return len(kind_names())
 
 
-KINDS: Mapping[str, KindIntake] = _Intakes()
+KINDS: Mapping[str, RecipeIntake] = _Intakes()
 
 
-def intake_for(kind: object, *, field: str = "kind") -> tuple[str, KindIntake]:
+def intake_for(kind: object, *, field: str = "kind") -> tuple[str, RecipeIntake]:
     """The intake of a kind, or 400: missing or unknown."""
     if kind is None or kind == "":
         raise invalid(f"kind is required (one of: {', '.join(KINDS)})", field=field)
@@ -375,7 +348,7 @@ def prepare_json(body: object, settings: Settings) -> PreparedJob:
     return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
 
 
-def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, dict[str, JsonValue]]:
+def ndjson_submission(args: Mapping[str, str]) -> tuple[str, RecipeIntake, Any, dict[str, JsonValue]]:
     """Kind, intake, options and metadata of an NDJSON submission, from its query parameters."""
     kind, intake = intake_for(args.get("kind"))
     raw_options = {k: v for k, v in args.items() if k not in NDJSON_META_PARAMS}
