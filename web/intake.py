@@ -166,12 +166,17 @@ class RecipeIntake:
         units, warnings = job_kind(self.kind).units(rows, options)
         return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
 
-    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
+    def _prepared(self, options: Any, read: Callable[[], Sequence[Any]], *, json_items: bool) -> PreparedRows:
+        """The items of the rows `read()` returns; its row errors as one 400 (`rows_error`)."""
         try:
-            rows = recipe_for(self.kind).rows_from_lines(lines, _limits(settings, options))
+            rows = read()
         except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=False) from None
+            raise rows_error(exc, json_items=json_items) from None
         return self._units(options, rows)
+
+    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
+        recipe, limits = recipe_for(self.kind), _limits(settings, options)
+        return self._prepared(options, lambda: recipe.rows_from_lines(lines, limits), json_items=False)
 
     @property
     def streams(self) -> bool:
@@ -201,11 +206,8 @@ class RecipeIntake:
         return LoadedRows(rows=staged.rows, items=staged.items, warnings=staged.warnings)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
-        try:
-            rows = recipe_for(self.kind).rows_from_items(items, _limits(settings, options))
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=True) from None
-        return self._units(options, rows)
+        recipe, limits = recipe_for(self.kind), _limits(settings, options)
+        return self._prepared(options, lambda: recipe.rows_from_items(items, limits), json_items=True)
 
 
 def _limits(settings: Settings, options: object) -> RowLimits:
