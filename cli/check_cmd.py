@@ -7,7 +7,6 @@ FACTGATE_URL sends the job to a factgate server instead. Either way the job goes
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +17,20 @@ from checks.kinds.claims import ClaimResult
 from cli.errors import InputError
 from cli.gate import gate_options
 from cli.kinds import cli_kind, render_line
+from cli.options import resume_options, server_options
 from cli.render import claim_modes, claims_table, scorecard_lines
-from cli.run import announce, fetch_job, finish, wait
+from cli.run import announce, fetch_job, finish, submitted_or_resumed, wait
 from cli.target import Target, open_target, server_from, token_from
+from clients.factgate_http import JobBody
 
 MODES = ("ungrounded", "grounded", "both")
 DEFAULT_ROWS = 200
 
 
-def _server_options(fn: Any) -> Any:
-    fn = click.option(
-        "--token",
-        default=None,
-        metavar="TOKEN",
-        help="Bearer token for --server (default: FACTGATE_TOKEN).",
-    )(fn)
-    return click.option(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="Run on this factgate server (default: FACTGATE_URL; unset = embedded, in this process).",
-    )(fn)
+_server_options = server_options(
+    "Run on this factgate server (default: FACTGATE_URL; unset = embedded, in this process).",
+    "Bearer token for --server (default: FACTGATE_TOKEN).",
+)
 
 
 def _read_file(path: Path) -> bytes:
@@ -48,6 +40,14 @@ def _read_file(path: Path) -> bytes:
         raise InputError(f"{path} is a directory, not a claims file") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_input(file: Path | None, resume_id: str | None, what: str) -> bytes:
+    """FILE's bytes, or none when the command waits for an earlier job (`--resume`): it needs one of the
+    two (`what`: the file's contents, as the message names them)."""
+    if file is None and resume_id is None:
+        raise InputError(f"give {what} FILE (or --resume JOB to continue an earlier check)")
+    return _read_file(file) if file is not None else b""
 
 
 def _kinds(data: bytes) -> dict[str, str]:
@@ -63,10 +63,6 @@ def _kinds(data: bytes) -> dict[str, str]:
     return kinds
 
 
-def _command_line(*parts: str | None) -> str:
-    return "factgate " + " ".join(shlex.quote(p) for p in parts if p)
-
-
 @click.command()
 @click.argument("file", required=False, type=click.Path(dir_okay=True, path_type=Path))
 @click.option("--mode", type=click.Choice(MODES), default="grounded", show_default=True)
@@ -75,14 +71,7 @@ def _command_line(*parts: str | None) -> str:
 @click.option("--contradicted-max", type=float, default=None, help="Verdict cutoff (default 0.2).")
 @click.option("--budget-usd", type=float, default=None, help="Stop sending requests past this spend.")
 @_server_options
-@click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Where to write the HTML report (embedded; default instance/reports/).",
-)
+@resume_options
 @click.option("--rows", type=click.IntRange(0), default=DEFAULT_ROWS, show_default=True, help="Table rows.")
 @gate_options("claims")
 def check(
@@ -108,9 +97,7 @@ def check(
     scorecard of each mode with acceptance, the job id and the report. Ctrl-C leaves the job saved;
     the command prints how to resume it.
     """
-    if file is None and resume_id is None:
-        raise InputError("give a claims FILE (or --resume JOB to continue an earlier check)")
-    data = _read_file(file) if file is not None else b""
+    data = read_input(file, resume_id, "a claims")
     srv = server_from(server)
     options = {
         "mode": mode,
@@ -123,14 +110,14 @@ def check(
     }
     with open_target(srv, token_from(token), run_worker=True) as target:
         announce(target)
-        if resume_id is not None:
-            job = fetch_job(target, resume_id, "claims")
-        else:
-            job = target.client.submit_ndjson(data, kind="claims", options=options, input_name=str(file))
-            n = (job.get("request_counts") or {}).get("total", 0)
-            click.echo(f"job {job['id']}: {n} requests queued", err=True)
-        hint = _command_line("check", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
-        job = wait(target, job, resume_hint=hint)
+        job = submitted_or_resumed(
+            target,
+            "claims",
+            resume_id,
+            lambda: target.client.submit_ndjson(data, kind="claims", options=options, input_name=str(file)),
+            "requests",
+        )
+        job = wait(target, job, "check", str(file) if file else None, srv)
         finish(
             target,
             job,
@@ -141,11 +128,7 @@ def check(
         )
 
 
-def _srv(server: str | None) -> tuple[str, ...]:
-    return ("--server", server) if server else ()
-
-
-def _claims_output(target: Target, job: dict[str, Any], data: bytes, rows: int) -> list[str]:
+def _claims_output(target: Target, job: JobBody, data: bytes, rows: int) -> list[str]:
     results = [ClaimResult.read(line) for line in target.client.results(str(job["id"]))]
     lines = claims_table(results, claim_modes(job), kinds=_kinds(data), limit=rows)
     summary = job.get("summary")
@@ -181,8 +164,7 @@ def _question_command(
                 "items": [{"id": "q1", "question": question}],
             }
             job = target.client.submit_json(body, input_name="the question")
-        hint = _command_line(cli_kind(kind).command, question, "--resume", str(job["id"]), *_srv(srv))
-        job = wait(target, job, resume_hint=hint)
+        job = wait(target, job, cli_kind(kind).command, question, srv)
 
         def output() -> list[str]:
             lines: list[str] = []
@@ -194,17 +176,7 @@ def _question_command(
 
 
 def _question_options(fn: Any) -> Any:
-    fn = click.option(
-        "--report",
-        "report_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Where to write the HTML report (embedded; default instance/reports/).",
-    )(fn)
-    fn = click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")(
-        fn
-    )
-    fn = _server_options(fn)
+    fn = _server_options(resume_options(fn))
     return click.option(
         "--model",
         default=None,

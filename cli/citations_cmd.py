@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
 from checks.citation_contracts import CitationsSummary
 from checks.citation_formats import INPUT_FORMATS, read_document
 from checks.gates import Gate
-from cli.check_cmd import _command_line, _read_file, _server_options, _srv
-from cli.errors import InputError
+from cli.check_cmd import _server_options, read_input
 from cli.gate import gate_options
 from cli.kinds import render_line
 from cli.kinds.citations import metrics_line
-from cli.run import announce, fetch_job, finish, wait
+from cli.options import resume_options
+from cli.run import announce, finish, submitted_or_resumed, wait
 from cli.target import Target, open_target, server_from, token_from
+from clients.factgate_http import JobBody
 
 
 @click.command()
@@ -54,14 +54,7 @@ from cli.target import Target, open_target, server_from, token_from
     "row tells).",
 )
 @_server_options
-@click.option("--resume", "resume_id", default=None, metavar="JOB", help="Continue waiting for JOB.")
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Where to write the HTML report (embedded; default instance/reports/).",
-)
+@resume_options
 @gate_options("citations")
 def citations(
     *,
@@ -91,9 +84,7 @@ def citations(
     citation metrics of each answer and of the job. Ctrl-C leaves the job saved; the command prints how
     to resume it. --fail-under/--fail-over make it a CI gate (exit 3 on a miss).
     """
-    if file is None and resume_id is None:
-        raise InputError("give an answers FILE (or --resume JOB to continue an earlier check)")
-    data = _read_file(file) if file is not None else b""
+    data = read_input(file, resume_id, "an answers")
     srv = server_from(server)
     options = {
         "model": model,
@@ -109,16 +100,13 @@ def citations(
     }
     with open_target(srv, token_from(token), run_worker=True) as target:
         announce(target)
-        if resume_id is not None:
-            job = fetch_job(target, resume_id, "citations")
-        else:
-            job = _submit(target, data, options, str(file))
-            n = (job.get("request_counts") or {}).get("total", 0)
-            click.echo(f"job {job['id']}: {n} answers queued", err=True)
+        job = submitted_or_resumed(
+            target, "citations", resume_id, lambda: _submit(target, data, options, str(file)), "answers"
+        )
+        if resume_id is None:
             for warning in job.get("warnings") or []:
                 click.echo(warning, err=True)  # how the rows were read (RAGAS, DeepEval)
-        hint = _command_line("citations", str(file) if file else None, "--resume", str(job["id"]), *_srv(srv))
-        job = wait(target, job, resume_hint=hint)
+        job = wait(target, job, "citations", str(file) if file else None, srv)
         finish(
             target,
             job,
@@ -129,7 +117,7 @@ def citations(
         )
 
 
-def _submit(target: Target, data: bytes, options: Mapping[str, object], name: str) -> dict[str, Any]:
+def _submit(target: Target, data: bytes, options: Mapping[str, object], name: str) -> JobBody:
     """NDJSON goes as it is (streamed by the server); a JSON document's rows go as a JSON body's items,
     their problems named as the file names them (`test_cases[2].retrieval_context`)."""
     document = read_document(data)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
+from pydantic import JsonValue
 
 from cli.errors import CliError, InputError
 from clients.factgate_http import (
@@ -24,6 +25,8 @@ from clients.factgate_http import (
     SUBMIT_TIMEOUT,
     TIMEOUT,
     UNAVAILABLE_BUDGET_S,
+    ErrorBody,
+    JobBody,
     error_body,
     patiently,
 )
@@ -73,15 +76,24 @@ class ApiClient:
         """`call()` again while it answers 503 (clients/factgate_http.py); the last answer is returned."""
         return patiently(call, budget_s=self._unavailable_budget_s, sleep=self._sleep)
 
-    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _answer(self, call: Callable[[], httpx.Response], *, late: str, doing: str) -> httpx.Response:
+        """`call()`'s response; a transport failure as a CliError (`late`: what did not come in time, after
+        "did not answer"; `doing`: what failed, before "factgate at …")."""
         try:
-            response = self._patiently(lambda: self._http.request(method, path, **kw))
+            return call()
         except httpx.ConnectError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         except httpx.TimeoutException:
-            raise CliError(f"factgate at {self.where} did not answer in time ({method} {path})") from None
+            raise CliError(f"factgate at {self.where} did not answer {late}") from None
         except httpx.HTTPError as exc:
-            raise CliError(f"talking to factgate at {self.where} failed: {_reason(exc)}") from None
+            raise CliError(f"{doing} factgate at {self.where} failed: {_reason(exc)}") from None
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        response = self._answer(
+            lambda: self._patiently(lambda: self._http.request(method, path, **kw)),
+            late=f"in time ({method} {path})",
+            doing="talking to",
+        )
         if response.status_code >= 400:
             self._raise(response, path)
         return response
@@ -109,14 +121,14 @@ class ApiClient:
 
     # --- endpoints ---------------------------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, JsonValue]:
         """GET /healthz: liveness, with the mode and whether jobs are simulated (no dependency checked)."""
         try:
             response = self._http.get("/healthz")
         except httpx.HTTPError as exc:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         try:
-            body: dict[str, Any] = response.json()
+            body: dict[str, JsonValue] = response.json()
         except ValueError:
             raise CliError(f"{self.where} does not look like a factgate server (/healthz)") from None
         return body
@@ -126,10 +138,10 @@ class ApiClient:
         lines: Iterable[bytes] | bytes,
         *,
         kind: str,
-        options: Mapping[str, Any],
+        options: Mapping[str, object],
         idempotency_key: str | None = None,
         input_name: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> JobBody:
         """POST /v1/jobs with an NDJSON body; options go in the query string."""
         params = {"kind": kind, **{k: str(v) for k, v in options.items() if v is not None}}
         headers = {"Content-Type": NDJSON}
@@ -143,27 +155,24 @@ class ApiClient:
 
         # A streamed body (an iterator) is used up by the first try and cannot be sent again.
         again = bool(idempotency_key) and isinstance(lines, bytes)
-        try:
-            response = self._patiently(post) if again else post()
-        except httpx.ConnectError as exc:
-            raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
-        except httpx.TimeoutException:
-            raise CliError(f"factgate at {self.where} did not answer the submission in time") from None
-        except httpx.HTTPError as exc:
-            raise CliError(f"submitting to factgate at {self.where} failed: {_reason(exc)}") from None
+        response = self._answer(
+            (lambda: self._patiently(post)) if again else post,
+            late="the submission in time",
+            doing="submitting to",
+        )
         if response.status_code >= 400:
             self._raise(response, "/v1/jobs", input_name)
-        job: dict[str, Any] = response.json()
+        job: JobBody = response.json()
         return job
 
     def submit_json(
         self,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         idempotency_key: str | None = None,
         input_name: str | None = None,
         items_name: str = "items",
-    ) -> dict[str, Any]:
+    ) -> JobBody:
         """POST /v1/jobs with a JSON body (`kind`, `options`, `items`); row problems name the items as the
         input file does (`items_name`: `test_cases` for a DeepEval file's `test_cases[2]`)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -177,22 +186,22 @@ class ApiClient:
             raise CliError(f"cannot reach factgate at {self.where}: {_reason(exc)}") from None
         if response.status_code >= 400:
             self._raise(response, "/v1/jobs", input_name, items_name)
-        job: dict[str, Any] = response.json()
+        job: JobBody = response.json()
         return job
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        body: dict[str, Any] = self._send("GET", f"/v1/jobs/{job_id}").json()
+    def job(self, job_id: str) -> JobBody:
+        body: JobBody = self._send("GET", f"/v1/jobs/{job_id}").json()
         return body
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
-        body: dict[str, Any] = self._send("POST", f"/v1/jobs/{job_id}/cancel").json()
+    def cancel(self, job_id: str) -> JobBody:
+        body: JobBody = self._send("POST", f"/v1/jobs/{job_id}/cancel").json()
         return body
 
     def delete(self, job_id: str) -> None:
         """DELETE /v1/jobs/{id}: an ended job (204); a live one is refused with the server's message."""
         self._send("DELETE", f"/v1/jobs/{job_id}")
 
-    def results(self, job_id: str) -> list[dict[str, Any]]:
+    def results(self, job_id: str) -> list[dict[str, JsonValue]]:
         """Every result line (NDJSON) of a job, parsed, without the stream's `{"_end": …}` trailer line;
         a stream that stops before its trailer was cut short and is an error, not a shorter result."""
         lines = [json.loads(line) for line in self.iter_result_lines(job_id) if line.strip()]
@@ -232,9 +241,7 @@ def _reason(exc: BaseException) -> str:
     return text.split("\n", 1)[0]
 
 
-def _input_message(
-    err: Mapping[str, Any], message: str, input_name: str | None, items_name: str = "items"
-) -> str:
+def _input_message(err: ErrorBody, message: str, input_name: str | None, items_name: str = "items") -> str:
     """A bad submission: row problems name the file, then the first problem's line and field and the count;
     anything else (an option, the body's size or type) is the server's message as it is."""
     errors = err.get("errors")

@@ -18,7 +18,15 @@ from checks.gates import Direction, Gate, figures, misses, parse_gate
 from cli.errors import EXIT_GATE
 from cli.junit import write_junit
 from cli.kinds import read_line
+from cli.options import output_file
 from cli.target import Target
+from clients.factgate_http import JobBody
+
+# The two gate options by direction: the word their help uses, and a note the help ends with.
+GATES: tuple[tuple[Direction, str, str], ...] = (
+    ("over", "above", ""),
+    ("under", "below", "; docs/cli.md lists the names"),
+)
 
 Values = tuple[str, ...]
 Gates = tuple[Gate, ...]
@@ -41,34 +49,26 @@ def gate_options(kind: str) -> Callable[[Any], Any]:
         return callback
 
     def decorate(fn: Any) -> Any:
-        fn = click.option(
+        fn = output_file(
             "--junit-xml",
             "junit_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
             help="Also write the results as JUnit XML here (one testcase per row) for CI test reporters.",
         )(fn)
-        fn = click.option(
-            "--fail-over",
-            "fail_over",
-            multiple=True,
-            metavar="NAME=X",
-            callback=parse("over"),
-            help="Exit 3 when the job's figure NAME is above X (repeatable).",
-        )(fn)
-        return click.option(
-            "--fail-under",
-            "fail_under",
-            multiple=True,
-            metavar="NAME=X",
-            callback=parse("under"),
-            help="Exit 3 when the job's figure NAME is below X (repeatable; docs/cli.md lists the names).",
-        )(fn)
+        for direction, above_or_below, note in GATES:
+            fn = click.option(
+                f"--fail-{direction}",
+                f"fail_{direction}",
+                multiple=True,
+                metavar="NAME=X",
+                callback=parse(direction),
+                help=f"Exit 3 when the job's figure NAME is {above_or_below} X (repeatable{note}).",
+            )(fn)
+        return fn
 
     return decorate
 
 
-def gate_lines(kind: str, job: dict[str, Any], gates: Sequence[Gate]) -> list[str]:
+def gate_lines(kind: str, job: JobBody, gates: Sequence[Gate]) -> list[str]:
     """What missed (empty: every gate is met, or there is none)."""
     if not gates:
         return []
@@ -76,7 +76,7 @@ def gate_lines(kind: str, job: dict[str, Any], gates: Sequence[Gate]) -> list[st
     return misses(gates, figures(kind, summary if isinstance(summary, dict) else {}))
 
 
-def write_report(target: Target, kind: str, job: dict[str, Any], path: Path, missed: Sequence[str]) -> None:
+def write_report(target: Target, kind: str, job: JobBody, path: Path, missed: Sequence[str]) -> None:
     """The job's results as JUnit XML at `path`."""
     lines = (read_line(kind, line) for line in target.client.results(str(job["id"])))
     write_junit(path, kind, job, lines, gate_lines=missed)

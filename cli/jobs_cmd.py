@@ -10,31 +10,26 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from checks.recipes import kind_names
 from cli.check_cmd import MODES
 from cli.errors import CliError, InputError
+from cli.options import output_file, server_options
 from cli.target import open_target, server_from, token_from
+from clients.factgate_http import JobBody
 
 KINDS = kind_names()
 
 
-def _server_options(fn: Any) -> Any:
-    fn = click.option(
-        "--token", default=None, metavar="TOKEN", help="Bearer token (default: FACTGATE_TOKEN)."
-    )(fn)
-    return click.option(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="factgate server (default: FACTGATE_URL; unset = local).",
-    )(fn)
+_server_options = server_options(
+    "factgate server (default: FACTGATE_URL; unset = local).",
+    "Bearer token (default: FACTGATE_TOKEN).",
+)
 
 
-def status_line(job: dict[str, Any]) -> str:
+def status_line(job: JobBody) -> str:
     counts = job.get("request_counts") or {}
     line = (
         f"job {job.get('id')} {job.get('kind')} {job.get('status')}: {counts.get('completed', 0)} of "
@@ -47,7 +42,7 @@ def status_line(job: dict[str, Any]) -> str:
     return line
 
 
-def schedule_line(job: dict[str, Any]) -> str | None:
+def schedule_line(job: JobBody) -> str | None:
     """Where a live job stands with the scheduler: why it waits, or its share and ETA (None once ended)."""
     if job.get("status") == "validating":
         return "validating: every row was accepted; its requests are being created, then it is queued"
@@ -93,7 +88,7 @@ def submit(
     token: str | None,
 ) -> None:
     """Submit FILE (NDJSON rows) as a job; prints the job id on stdout."""
-    options: dict[str, Any] = {"mode": mode, "model": model}
+    options: dict[str, str | None] = {"mode": mode, "model": model}
     for item in extra:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
@@ -147,13 +142,7 @@ def status(job_id: str, as_json: bool, server: str | None, token: str | None) ->
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to this file instead of stdout.",
-)
+@output_file("-o", "--output", help="Write to this file instead of stdout.")
 @click.option("--format", "fmt", type=click.Choice(("ndjson", "csv")), default="ndjson", show_default=True)
 @_server_options
 def results(job_id: str, output: Path | None, fmt: str, server: str | None, token: str | None) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -26,6 +25,7 @@ from rich.progress import (
 from rich.text import Text
 
 from checks.states import JobStatus
+from clients.factgate_http import JobBody
 
 ENDED = tuple(sorted(JobStatus.ended()))
 
@@ -57,7 +57,7 @@ class RateColumn(ProgressColumn):
         return Text(f"{speed:.1f} items/s", style="progress.data.speed")
 
 
-def finished_count(job: dict[str, Any]) -> tuple[int, int]:
+def finished_count(job: JobBody) -> tuple[int, int]:
     """(items finished, items in total) from a job status object."""
     counts = job.get("request_counts") or {}
     total = int(counts.get("total") or 0)
@@ -68,13 +68,13 @@ def finished_count(job: dict[str, Any]) -> tuple[int, int]:
 
 
 def wait_for_job(
-    fetch: Callable[[], dict[str, Any]],
+    fetch: Callable[[], JobBody],
     *,
     label: str,
     console: Console,
     interval: float = 0.25,
     sleep: Callable[[float], None] = time.sleep,
-) -> dict[str, Any]:
+) -> JobBody:
     """Poll `fetch()` until the job has ended; returns its last status object."""
     columns = (
         TextColumn("{task.description}"),

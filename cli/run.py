@@ -7,9 +7,9 @@ how to resume; against a server, the job simply keeps running there.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
@@ -21,6 +21,7 @@ from cli.progress import wait_for_job
 from cli.render import SIMULATED_NOTE
 from cli.report import write_local_report
 from cli.target import Target
+from clients.factgate_http import JobBody
 
 LOCAL_POLL_S = 0.25
 REMOTE_POLL_S = 1.0
@@ -44,9 +45,12 @@ def announce(target: Target) -> None:
     click.echo(where, err=True)
 
 
-def wait(target: Target, job: dict[str, Any], *, resume_hint: str) -> dict[str, Any]:
-    """Wait for the job to end (progress on stderr); on Ctrl-C explain how to pick it up again."""
+def wait(target: Target, job: JobBody, command: str, argument: str | None, server: str | None) -> JobBody:
+    """Wait for the job to end (progress on stderr); on Ctrl-C explain how to pick it up again: the command
+    line that waits for it again, `factgate COMMAND ARGUMENT --resume JOB` (`--server URL` for a server's)."""
     job_id = str(job["id"])
+    parts = [command, argument, "--resume", job_id, *(("--server", server) if server else ())]
+    resume_hint = "factgate " + " ".join(shlex.quote(p) for p in parts if p)
     interval = LOCAL_POLL_S if target.local else REMOTE_POLL_S
     try:
         return wait_for_job(
@@ -71,7 +75,7 @@ def wait(target: Target, job: dict[str, Any], *, resume_hint: str) -> dict[str, 
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
 
-def fetch_job(target: Target, job_id: str, kind: str) -> dict[str, Any]:
+def fetch_job(target: Target, job_id: str, kind: str) -> JobBody:
     """An existing job (for --resume), checked to be of the expected kind."""
     job = target.client.job(job_id)
     if job.get("kind") != kind:
@@ -79,9 +83,22 @@ def fetch_job(target: Target, job_id: str, kind: str) -> dict[str, Any]:
     return job
 
 
+def submitted_or_resumed(
+    target: Target, kind: str, resume_id: str | None, submit: Callable[[], JobBody], noun: str
+) -> JobBody:
+    """The job to wait for: the one `--resume` names, else the one `submit()` creates, its size said on
+    stderr (`noun`: what its items are to the reader)."""
+    if resume_id is not None:
+        return fetch_job(target, resume_id, kind)
+    job = submit()
+    n = (job.get("request_counts") or {}).get("total", 0)
+    click.echo(f"job {job['id']}: {n} {noun} queued", err=True)
+    return job
+
+
 def finish(
     target: Target,
-    job: dict[str, Any],
+    job: JobBody,
     *,
     report_path: Path | None,
     render: Callable[[], list[str]],

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import date, datetime
+from typing import Any
 
 import click
 
@@ -12,6 +14,7 @@ from simulator.faults import FAULT_KINDS, LATENCY_MODELS, FaultInjector
 from simulator.server import DEFAULT_THREADS, serve
 
 DEFAULTS = SimConfig()
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _fault_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
@@ -26,51 +29,45 @@ def _fault_list(_ctx: click.Context, _param: click.Parameter, value: str | None)
     return kinds
 
 
+def _setting(name: str, default: object, type_: object, help: str | None = None) -> Decorator:
+    """A simulator setting: an option with its default shown in --help (`type_` as click takes it: a
+    ParamType or a Python type)."""
+    return click.option(name, default=default, show_default=True, type=type_, help=help)
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8700, show_default=True, type=int, help="Port (0 = any free port).")
-@click.option("--threads", default=DEFAULT_THREADS, show_default=True, type=click.IntRange(1, 512))
-@click.option("--decisions-rps", default=DEFAULTS.decisions_rps, show_default=True, type=click.FloatRange(0))
-@click.option("--search-rps", default=DEFAULTS.search_rps, show_default=True, type=click.FloatRange(0))
-@click.option("--agent-rps", default=DEFAULTS.agent_rps, show_default=True, type=click.FloatRange(0))
-@click.option(
-    "--latency",
-    default=DEFAULTS.latency_s,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="Mean seconds added to every answer.",
-)
-@click.option(
-    "--latency-model", default=DEFAULTS.latency, show_default=True, type=click.Choice(LATENCY_MODELS)
-)
-@click.option("--latency-sd", default=DEFAULTS.latency_sd, show_default=True, type=click.FloatRange(0))
-@click.option(
+@_setting("--threads", DEFAULT_THREADS, click.IntRange(1, 512))
+@_setting("--decisions-rps", DEFAULTS.decisions_rps, click.FloatRange(0))
+@_setting("--search-rps", DEFAULTS.search_rps, click.FloatRange(0))
+@_setting("--agent-rps", DEFAULTS.agent_rps, click.FloatRange(0))
+@_setting("--latency", DEFAULTS.latency_s, click.FloatRange(0), help="Mean seconds added to every answer.")
+@_setting("--latency-model", DEFAULTS.latency, click.Choice(LATENCY_MODELS))
+@_setting("--latency-sd", DEFAULTS.latency_sd, click.FloatRange(0))
+@_setting(
     "--latency-per-question-ms",
-    default=DEFAULTS.latency_per_question_s * 1000,
-    show_default=True,
-    type=click.FloatRange(0),
+    DEFAULTS.latency_per_question_s * 1000,
+    click.FloatRange(0),
     help="Milliseconds a Decisions question beyond the first adds, when --latency is above 0.",
 )
-@click.option(
+@_setting(
     "--tokens-per-question",
-    default=DEFAULTS.tokens_per_question,
-    show_default=True,
-    type=click.IntRange(0),
+    DEFAULTS.tokens_per_question,
+    click.IntRange(0),
     help="Input tokens a Decisions question beyond the first costs at least (the state counts once).",
 )
-@click.option(
+@_setting(
     "--pack-drift",
-    default=DEFAULTS.pack_drift,
-    show_default=True,
-    type=click.FloatRange(-1, 1),
+    DEFAULTS.pack_drift,
+    click.FloatRange(-1, 1),
     help="Test knob: move every probability of a packed Decisions request (a state with a `claims` "
     "object) by D x the question's 0-based position, within [0.001, 0.999].",
 )
-@click.option(
+@_setting(
     "--fault-rate",
-    default=DEFAULTS.fault_rate,
-    show_default=True,
-    type=click.FloatRange(0, 1),
+    DEFAULTS.fault_rate,
+    click.FloatRange(0, 1),
     help="Probability that a request suffers a fault.",
 )
 @click.option(
@@ -79,27 +76,15 @@ def _fault_list(_ctx: click.Context, _param: click.Parameter, value: str | None)
     callback=_fault_list,
     help=f"Comma-separated kinds drawn from when a fault fires: {','.join(FAULT_KINDS)}.",
 )
-@click.option(
-    "--slow-s",
-    default=DEFAULTS.slow_s,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="How long the `slow` fault stalls.",
-)
-@click.option(
+@_setting("--slow-s", DEFAULTS.slow_s, click.FloatRange(0), help="How long the `slow` fault stalls.")
+@_setting(
     "--html-504-delay",
-    default=DEFAULTS.html_504_delay_s,
-    show_default=True,
-    type=click.FloatRange(0),
+    DEFAULTS.html_504_delay_s,
+    click.FloatRange(0),
     help="Seconds before the `504_html` fault's page.",
 )
-@click.option("--seed", default=DEFAULTS.seed, show_default=True, type=int)
-@click.option(
-    "--knowledge-cutoff",
-    default=DEFAULTS.knowledge_cutoff.isoformat(),
-    show_default=True,
-    type=click.DateTime(formats=["%Y-%m-%d"]),
-)
+@_setting("--seed", DEFAULTS.seed, int)
+@_setting("--knowledge-cutoff", DEFAULTS.knowledge_cutoff.isoformat(), click.DateTime(formats=["%Y-%m-%d"]))
 @click.option(
     "--api-key",
     "api_keys",

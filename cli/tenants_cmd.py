@@ -10,6 +10,7 @@ receiver).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import click
 
 from cli.db_cmd import cli_sessions
 from cli.errors import InputError
+from cli.options import F
 
 NONE_WORDS = ("none", "off", "unlimited")
 
@@ -39,6 +41,11 @@ def _limit(kind: type[int] | type[float]) -> Any:
                 self.fail(f"{value!r} is not a number (or `none` for no limit)", param, ctx)
 
     return Limit()
+
+
+def _limit_option(name: str, kind: type[int] | type[float], help: str) -> Callable[[F], F]:
+    """An option of `tenants set` holding a limit: a number, or `none` to remove it."""
+    return click.option(name, type=_limit(kind), default=None, help=help)
 
 
 def _money(value: float | None) -> str:
@@ -140,24 +147,10 @@ def tenants_show(name: str) -> None:
 @tenants.command("set")
 @click.argument("name")
 @click.option("--weight", type=float, default=None, help="Relative share of the upstream (default 1).")
-@click.option(
-    "--max-items-per-job",
-    type=_limit(int),
-    default=None,
-    help="Items per job (rows × modes); `none` removes it.",
-)
-@click.option(
-    "--max-active-jobs",
-    type=_limit(int),
-    default=None,
-    help="Queued or running jobs at once; `none` removes it.",
-)
-@click.option(
-    "--daily-budget-usd", type=_limit(float), default=None, help="Spend per UTC day; `none` removes it."
-)
-@click.option(
-    "--monthly-budget-usd", type=_limit(float), default=None, help="Spend per UTC month; `none` removes it."
-)
+@_limit_option("--max-items-per-job", int, "Items per job (rows × modes); `none` removes it.")
+@_limit_option("--max-active-jobs", int, "Queued or running jobs at once; `none` removes it.")
+@_limit_option("--daily-budget-usd", float, "Spend per UTC day; `none` removes it.")
+@_limit_option("--monthly-budget-usd", float, "Spend per UTC month; `none` removes it.")
 @click.option(
     "--upstream-key-file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -171,11 +164,10 @@ def tenants_show(name: str) -> None:
     default=None,
     help="Where webhooks of jobs without a webhook_url option go (http or https); `none` removes it.",
 )
-@click.option(
+@_limit_option(
     "--retention-days",
-    type=_limit(int),
-    default=None,
-    help="Days an ended job keeps its results (at most FACTGATE_RETENTION_MAX_DAYS); `none`: the default.",
+    int,
+    "Days an ended job keeps its results (at most FACTGATE_RETENTION_MAX_DAYS); `none`: the default.",
 )
 @click.option(
     "--reuse",

@@ -6,7 +6,7 @@ Callers (Celery tasks, the CLI, benchmarks) branch on `retryable` and `status`, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from clients.records import CallRecord
 
@@ -70,11 +70,26 @@ class UpstreamError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only __init__ does not survive the default Exception pickling (Celery
         # result backends and multiprocessing pickle exceptions).
-        state = {name: getattr(self, name) for name in _FIELDS}
+        state: _State = {
+            "endpoint": self.endpoint,
+            "status": self.status,
+            "message": self.message,
+            "request_id": self.request_id,
+            "retryable": self.retryable,
+            "record": self.record,
+        }
         return (_rebuild, (state,))
 
 
-_FIELDS = ("endpoint", "status", "message", "request_id", "retryable", "record")
+class _State(TypedDict):
+    """What a pickled UpstreamError carries: its keyword arguments, in this order."""
+
+    endpoint: str
+    status: int | None
+    message: str
+    request_id: str | None
+    retryable: bool
+    record: CallRecord
 
 
 class CallInterrupted(Exception):  # noqa: N818 - it is not an error of the call itself
@@ -88,5 +103,5 @@ class CallInterrupted(Exception):  # noqa: N818 - it is not an error of the call
         self.cause = cause
 
 
-def _rebuild(state: dict[str, Any]) -> UpstreamError:
+def _rebuild(state: _State) -> UpstreamError:
     return UpstreamError(**state)

@@ -12,9 +12,10 @@ answers a repeat with the job it stored the first time). Tenacity does the waiti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import httpx
+from pydantic import JsonValue
 from tenacity import RetryCallState, Retrying, nap, retry_if_result, stop_after_delay
 
 __all__ = [
@@ -22,6 +23,9 @@ __all__ = [
     "SUBMIT_TIMEOUT",
     "TIMEOUT",
     "UNAVAILABLE_BUDGET_S",
+    "ErrorBody",
+    "JobBody",
+    "ScheduleView",
     "error_body",
     "patiently",
 ]
@@ -36,6 +40,58 @@ UNAVAILABLE_BUDGET_S = 60.0
 # The longest single wait, whatever Retry-After says (a server may ask for more than the budget allows).
 UNAVAILABLE_MAX_WAIT_S = 10.0
 DEFAULT_RETRY_AFTER_S = 2.0
+
+
+class ScheduleView(TypedDict, total=False):
+    """A live job's `schedule`: the scheduler's latest view (the server's job object describes each field).
+    Every field may be missing: a client reads what the server it talks to writes."""
+
+    state: str
+    endpoint: str | None
+    share: float
+    rate_per_s: float
+    remaining: int
+    eta_s: float | None
+    estimated_completion_at: str | None
+    estimated_start_at: str | None
+    counts: dict[str, int]
+    updated_at: str
+    held_reason: str
+    resumes_at: str
+
+
+class JobBody(TypedDict):
+    """The job object as a client reads it (GET /v1/jobs/{id}, a submission's or a cancel's answer). Only
+    `id`, `kind` and `status` are relied on; the rest may be absent from an older or newer server's object,
+    and a field this type does not name is kept in the parsed JSON all the same."""
+
+    id: str
+    kind: str
+    status: str
+    options: NotRequired[dict[str, JsonValue]]
+    metadata: NotRequired[dict[str, JsonValue]]
+    warnings: NotRequired[list[str]]
+    request_counts: NotRequired[dict[str, int]]
+    cost_usd: NotRequired[float]
+    timestamps: NotRequired[dict[str, str | None]]
+    simulated: NotRequired[bool]
+    simulated_note: NotRequired[str | None]
+    schedule: NotRequired[ScheduleView | None]
+    error: NotRequired[str | None]
+    # The kind's summary contract (checks/), open here: each kind reads its own with `.read`.
+    summary: NotRequired[dict[str, JsonValue] | None]
+
+
+class ErrorBody(TypedDict, total=False):
+    """The API's error object (`{"error": {...}}`, web/errors.py), as much of it as a client reads."""
+
+    type: str
+    message: str
+    field: str
+    line: int
+    index: int
+    errors: list[dict[str, JsonValue]]
+    job_id: str
 
 
 def _unavailable(response: httpx.Response) -> bool:
@@ -73,11 +129,13 @@ def patiently(
     return response
 
 
-def error_body(response: httpx.Response) -> dict[str, Any]:
+def error_body(response: httpx.Response) -> ErrorBody:
     """The API's `{"error": {...}}` object of an error response (empty when there is none)."""
     try:
         body = response.json()
     except ValueError:
         return {}
-    err = body.get("error") if isinstance(body, dict) else None
-    return err if isinstance(err, dict) else {}
+    if not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
+        return {}
+    err: ErrorBody = body["error"]  # the JSON as parsed: a field of another type is the server's word
+    return err

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import httpx
 
@@ -417,21 +417,30 @@ class PerplexityClient:
     ) -> Result:
         # Serialised once: a body that cannot be JSON is our bug, raised before any POST.
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        model = _requested_model(body)
+        requested_model = _requested_model(body)
         grounded = _grounded(endpoint, body)
         attempts: list[AttemptRecord] = []
         cleaned: list[str] = []  # attempt fields `clients.sanitize` changed, as "attempt[N].<field>"
         started = self._clock()
 
-        def record(answer_cleaned: Sequence[str] = (), **usage: Any) -> CallRecord:
+        def record(
+            answer_cleaned: Sequence[str] = (),
+            *,
+            model: str | None = None,
+            input_tokens: int | None = None,
+            output_tokens: int | None = None,
+            search_results: int = 0,
+        ) -> CallRecord:
             return CallRecord(
                 endpoint=endpoint,
-                model=usage.pop("model", None) or model,
+                model=model or requested_model,
                 attempts=list(attempts),
                 latency_s=self._clock() - started,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                search_results=search_results,
                 grounded=grounded,
                 sanitized=[*answer_cleaned, *cleaned],
-                **usage,
             )
 
         def surface(text: str) -> str:
@@ -439,6 +448,19 @@ class PerplexityClient:
             if changed:
                 cleaned.append(f"attempt[{len(attempts) + 1}].error")
             return message
+
+        def failure(
+            status: int | None, message: str, request_id: str | None, retryable: bool
+        ) -> UpstreamError:
+            """The call's error, its record holding every attempt so far."""
+            return UpstreamError(
+                endpoint=endpoint,
+                status=status,
+                message=message,
+                request_id=request_id,
+                retryable=retryable,
+                record=record(),
+            )
 
         def request_id_of(response: httpx.Response) -> str | None:
             raw = response.headers.get("x-request-id") or None
@@ -500,14 +522,7 @@ class PerplexityClient:
                             AttemptRecord(status, request_id, latency, message, queue_wait_s=queue_wait)
                         )
                         self._log(endpoint, attempts)
-                        raise UpstreamError(
-                            endpoint=endpoint,
-                            status=status,
-                            message=message,
-                            request_id=request_id,
-                            retryable=False,
-                            record=record(),
-                        ) from None
+                        raise failure(status, message, request_id, retryable=False) from None
                     attempts.append(AttemptRecord(status, request_id, latency, queue_wait_s=queue_wait))
                     self._log(endpoint, attempts)
                     return replace(result, record=record(result.sanitized, **_usage(result)))
@@ -522,14 +537,7 @@ class PerplexityClient:
             if status == 429 and wait is not None and self._on_throttled is not None:
                 self._on_throttled(endpoint, wait)
             if wait is None or not self.policy.can_retry(len(attempts)):
-                raise UpstreamError(
-                    endpoint=endpoint,
-                    status=status,
-                    message=message,
-                    request_id=request_id,
-                    retryable=retryable,
-                    record=record(),
-                )
+                raise failure(status, message, request_id, retryable)
             self._sleep(wait)
 
     def _post(
@@ -546,7 +554,7 @@ class PerplexityClient:
         """
         if self._http.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")  # as httpx says it
-        extensions: dict[str, Any] = {
+        extensions: dict[str, object] = {
             "timeout": self._timeouts if timeout is None else httpx.Timeout(timeout).as_dict()
         }
         if trace is not None:
@@ -610,20 +618,23 @@ def _json(response: httpx.Response) -> object:
         raise MalformedResponseError("body is not JSON") from None
 
 
-def _usage(result: Decision | AgentAnswer | SearchResponse) -> dict[str, Any]:
+class _Usage(TypedDict, total=False):
+    """What the call record keeps from a validated answer (CallRecord's fields of the same names)."""
+
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    search_results: int
+
+
+def _usage(result: Decision | AgentAnswer | SearchResponse) -> _Usage:
     """What the call record keeps from a validated answer."""
-    if isinstance(result, Decision):
-        return {
-            "model": result.model,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "search_results": len(result.search_results),
-        }
-    if isinstance(result, AgentAnswer):
-        return {
-            "model": result.model,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "search_results": len(result.results),
-        }
-    return {"search_results": len(result.results)}
+    if isinstance(result, SearchResponse):
+        return {"search_results": len(result.results)}
+    found = result.search_results if isinstance(result, Decision) else result.results
+    return {
+        "model": result.model,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "search_results": len(found),
+    }

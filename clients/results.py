@@ -11,7 +11,8 @@ freshly validated object carries an empty one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from pydantic import JsonValue
 
 from clients.records import CallRecord
 
@@ -50,7 +51,7 @@ class Answer:
     score: float | None = None
     probabilities: dict[str, float] = field(default_factory=dict)
     confidence: float | None = None
-    legend: dict[str, Any] = field(default_factory=dict)
+    legend: dict[str, JsonValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

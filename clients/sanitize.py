@@ -131,7 +131,7 @@ class Sanitizer:
         if isinstance(value, str):
             return self.text(value, field, path)
         if isinstance(value, Mapping):
-            out: dict[str, Any] = {}
+            out: dict[str, object] = {}
             for raw_key, item in value.items():  # JSON object keys are strings
                 key = clean(str(raw_key), field)
                 if key != raw_key:

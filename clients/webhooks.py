@@ -305,7 +305,7 @@ def _post(
     # usual timeout, and the watchdog ends a trickling one.
     timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
     with Watchdog(timeout_s) as watchdog:
-        extensions: dict[str, Any] = {"trace": watchdog.trace}
+        extensions: dict[str, object] = {"trace": watchdog.trace}
         if target.sni_hostname:
             extensions["sni_hostname"] = target.sni_hostname
         try:

@@ -27,8 +27,8 @@ own: two `send` calls, two wake-ups of the server, two acknowledgements. A strea
 given until the request is complete — the first read (the response's headers), or `await_arrival` at the
 end of the body — and sends it with one `send`, as `http.client` does for a body it is handed whole. Nothing
 is sent later than before in any way that matters: the wire gate decides before the first byte (the
-headers' trace event), and arrival is awaited after this flush. Measured on a loopback POST to the
-simulator: about a seventh less client CPU per request (bench/ceiling.py, docs/architecture.md).
+headers' trace event), and arrival is awaited after this flush. What the one write saves in client CPU is
+measured in docs/profiles/README.md (round 3, with bench/ceiling.py).
 """
 
 from __future__ import annotations

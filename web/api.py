@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from flask import Blueprint, Response, jsonify, request, url_for
 
@@ -59,6 +60,8 @@ CSV_TYPES = ("text/csv",)
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 JOB_NOT_FOUND = "no job with that id"
+
+N = TypeVar("N", int, float)  # a number read from the query string
 
 
 def _json(
@@ -217,14 +220,22 @@ def _enqueue_start(job: Job) -> None:
 # --- reading jobs --------------------------------------------------------------------------------------
 
 
-def _int_param(name: str, default: int, low: int, high: int) -> int:
+def _number_param(name: str, parse: Callable[[str], N], what: str) -> N | None:
+    """The query parameter `name` as `parse` reads it (None when absent or empty); else a 400 saying it must
+    be `what`."""
     raw = request.args.get(name)
     if raw is None or raw == "":
-        return default
+        return None
     try:
-        value = int(raw)
+        return parse(raw)
     except ValueError:
-        raise invalid(f"{name} must be a whole number, got {raw[:40]!r}", field=name) from None
+        raise invalid(f"{name} must be {what}, got {raw[:40]!r}", field=name) from None
+
+
+def _int_param(name: str, default: int, low: int, high: int) -> int:
+    value = _number_param(name, int, "a whole number")
+    if value is None:
+        return default
     if not low <= value <= high:
         raise invalid(f"{name} must be between {low} and {high}, got {value}", field=name)
     return value
@@ -257,11 +268,11 @@ def get_job_view(job_id: str) -> Response:
     return _json(live_status_object(db_session(), resources().sessions, job))
 
 
-def _export(body: Iterator[str], mimetype: str) -> Response:
-    """A streamed export holding one of the tenant's export slots (web/export_slots.py); 429 when none is
-    free."""
+def _export(job: Job, body: Iterator[str], mimetype: str, disposition: str | None = None) -> Response:
+    """A streamed export of `job` holding one of the tenant's export slots (web/export_slots.py); 429 when
+    none is free."""
     try:
-        return export_response(body, mimetype)
+        return export_response(body, mimetype, job_status=job.status, disposition=disposition)
     except ExportsBusy as exc:
         raise ApiError(
             429,
@@ -295,22 +306,17 @@ def job_results(job_id: str) -> Response:
         if after is not None:
             raise invalid("after resumes the NDJSON stream only; leave it out with format=csv", field="after")
         body = stream_job(sessions, job.id, iterator, CSV_RENDERERS[job.kind], allowed=token_still_live())
-        resp = _export(body, "text/csv")
-        resp.headers["Content-Disposition"] = f'attachment; filename="factgate-{job.id}-results.csv"'
-    else:
-        start = START
-        if after is not None:
-            cursor = result_cursor(db_session(), job, after)
-            if cursor is None:
-                raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
-            start = cursor
-        body = stream_job(
-            sessions, job.id, iterator, ndjson_lines, start=start, after=after, allowed=token_still_live()
-        )
-        resp = _export(body, NDJSON_MIMETYPE)
-        resp.headers["Content-Disposition"] = f'inline; filename="factgate-{job.id}-results.ndjson"'
-    resp.headers["X-Job-Status"] = job.status
-    return resp
+        return _export(job, body, "text/csv", f'attachment; filename="factgate-{job.id}-results.csv"')
+    start = START
+    if after is not None:
+        cursor = result_cursor(db_session(), job, after)
+        if cursor is None:
+            raise invalid(f"after: this job has no row with the id {after[:50]!r}", field="after")
+        start = cursor
+    body = stream_job(
+        sessions, job.id, iterator, ndjson_lines, start=start, after=after, allowed=token_still_live()
+    )
+    return _export(job, body, NDJSON_MIMETYPE, f'inline; filename="factgate-{job.id}-results.ndjson"')
 
 
 @api.get("/jobs/<job_id>/errors")
@@ -321,21 +327,13 @@ def job_errors(job_id: str) -> Response:
     lines = stream_job(
         resources().sessions, job.id, unsuccessful_items_page, ndjson_lines, allowed=token_still_live()
     )
-    resp = _export(lines, NDJSON_MIMETYPE)
-    resp.headers["X-Job-Status"] = job.status
-    return resp
+    return _export(job, lines, NDJSON_MIMETYPE)
 
 
 def _cutoff_param(name: str) -> float | None:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise invalid(f"{name} must be a number, got {raw[:40]!r}", field=name) from None
-    if not math.isfinite(value):
-        raise invalid(f"{name} must be a finite number, got {raw[:40]!r}", field=name)
+    value = _number_param(name, float, "a number")
+    if value is not None and not math.isfinite(value):
+        raise invalid(f"{name} must be a finite number, got {request.args[name][:40]!r}", field=name)
     return value
 
 

@@ -14,7 +14,7 @@ database refuses is still a 500: `models.database_unreachable` tells the two apa
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypedDict
 
 import kombu.exceptions
 import redis.exceptions
@@ -79,6 +79,16 @@ _REDIS_OUTAGES: tuple[type[BaseException], ...] = (
 JSON_PREFIXES = ("/v1", "/healthz", "/readyz", "/openapi.json")
 
 
+class Problem(TypedDict, total=False):
+    """One entry of an error's `errors` list (a bad row: web/intake.py), its keys in the order written:
+    `index` or `line`, then `field`, then `message`, which every entry has."""
+
+    index: int
+    line: int
+    field: str
+    message: str
+
+
 class ApiError(Exception):
     """An error response: raise it anywhere in a view and the handler renders the JSON shape."""
 
@@ -91,7 +101,7 @@ class ApiError(Exception):
         field: str | None = None,
         line: int | None = None,
         index: int | None = None,
-        errors: list[dict[str, Any]] | None = None,
+        errors: list[Problem] | None = None,
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
         job_id: str | None = None,

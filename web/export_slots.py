@@ -172,13 +172,19 @@ def holding(slot: ExportSlot, body: Iterator[str]) -> Iterator[str]:
         slot.release()
 
 
-def export_response(body: Iterator[str], mimetype: str) -> Response:
+def export_response(
+    body: Iterator[str], mimetype: str, *, job_status: str, disposition: str | None = None
+) -> Response:
     """The streamed response of one export of this request's tenant, holding one of its slots until the
     response ends or is closed; ExportsBusy when none is free. Call it last in the view: nothing may be
-    refused after the slot is taken."""
+    refused after the slot is taken. `X-Job-Status` says the job's status when the stream started;
+    `disposition` is the Content-Disposition, if any."""
     res = resources()
     slot = take_export_slot(res.redis, current_tenant().id, res.settings.max_exports_per_tenant)
     resp = Response(holding(slot, body), mimetype=mimetype)
     # Closed by the server however the response ends, even before its first piece (a hung-up client).
     resp.call_on_close(slot.release)
+    if disposition is not None:
+        resp.headers["Content-Disposition"] = disposition
+    resp.headers["X-Job-Status"] = job_status
     return resp

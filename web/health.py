@@ -13,6 +13,7 @@ Neither says where a dependency lives or why it failed (the log does): both are 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from flask import Blueprint, Response, jsonify
@@ -33,30 +34,31 @@ READY_TIMEOUT_S = 2
 Check = Literal["ok", "unreachable"]
 
 
-def _check_database() -> Check:
+def _check(probe: Callable[[], object], name: str, service: str) -> Check:
+    """ "ok" when `probe()` returns. Any failure is "not ready"; only an unexpected kind deserves a traceback
+    in the log (`name` as the check's line says it, `service` as the unreachable one's does)."""
     try:
-        with resources().probe_engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+        probe()
     except Exception as exc:
-        # Any failure is "not ready"; only an unexpected kind deserves a traceback in the log.
         if unreachable_service(exc) is None:
-            log.exception("readiness: the database check failed")
+            log.exception("readiness: the %s check failed", name)
         else:
-            log.warning("readiness: database unreachable (%s)", type(exc).__name__)
+            log.warning("readiness: %s unreachable (%s)", service, type(exc).__name__)
         return "unreachable"
     return "ok"
+
+
+def _select_one() -> None:
+    with resources().probe_engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+
+
+def _check_database() -> Check:
+    return _check(_select_one, "database", "database")
 
 
 def _check_redis(store: Redis) -> Check:
-    try:
-        store.ping()
-    except Exception as exc:
-        if unreachable_service(exc) is None:
-            log.exception("readiness: the Redis check failed")
-        else:
-            log.warning("readiness: redis unreachable (%s)", type(exc).__name__)
-        return "unreachable"
-    return "ok"
+    return _check(store.ping, "Redis", "redis")
 
 
 @health.get("/healthz")

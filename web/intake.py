@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
+from pydantic import JsonValue
 from sqlalchemy.orm import Session
 
 from checks import claims as claim_rules
@@ -41,7 +43,7 @@ from jobs.kinds import job_kind
 from jobs.quotas import check_items, check_submission, item_quota
 from models import Job, Tenant, utcnow
 from web.body import Readable, drain, iter_body_lines, read_json_body
-from web.errors import invalid, too_large
+from web.errors import Problem, invalid, too_large
 from web.fingerprint import SubmissionFingerprint
 
 MAX_METADATA_BYTES = 16 * 1024
@@ -57,42 +59,33 @@ class PreparedJob:
     """A submission that passed every check: ready for `jobs.intake.create_job`."""
 
     kind: str
-    options: dict[str, Any]
+    options: dict[str, JsonValue]
     units: list[UnitSpec]
     warnings: list[str]
-    metadata: dict[str, Any]
+    metadata: dict[str, JsonValue]
 
-
-class KindIntake(Protocol):
-    """What a job kind provides to intake. Raise `ApiError` (via `invalid`) for every problem."""
-
-    def parse_options(self, raw: Mapping[str, Any]) -> Any:
-        """Validated options (any object); called before the body is read."""
-        ...
-
-    @property
-    def streams(self) -> bool:
-        """Whether `load` may be called (else NDJSON and CSV bodies are validated in memory)."""
-        ...
-
-    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows: ...
-
-    def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows: ...
-
-    def load(
+    def create(
         self,
         session: Session,
-        job: Job,
+        tenant_id: uuid.UUID,
         *,
-        options: Any,
-        lines: Iterable[RowLine],
-        settings: Settings,
-        quota: Callable[[int], None],
-    ) -> LoadedRows:
-        """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
-        into the staging table under `job`'s id as it is read (Postgres; jobs/bulk_load.py builds the items).
-        `quota(items)` is called with the running item count and raises when it is over the quota."""
-        ...
+        simulated: bool,
+        idempotency_key: str | None = None,
+        submission_sha256: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Store it: `jobs.intake.create_job` (the caller has checked the tenant's quotas)."""
+        return create_job(
+            session,
+            tenant_id=tenant_id,
+            kind=self.kind,
+            options=self.options,
+            units=self.units,
+            idempotency_key=idempotency_key,
+            metadata=self.metadata,
+            warnings=self.warnings,
+            simulated=simulated,
+            submission_sha256=submission_sha256,
+        )
 
 
 @dataclass(frozen=True)
@@ -108,7 +101,7 @@ class LoadedRows:
 class PreparedRows:
     """What a kind makes of valid rows: the options as stored, the items to create, intake warnings."""
 
-    options: dict[str, Any]
+    options: dict[str, JsonValue]
     units: list[UnitSpec]
     warnings: list[str]
 
@@ -121,9 +114,9 @@ def options_error(exc: OptionsError, *, prefix: str = "options.") -> Exception:
     return invalid(f'option "{exc.field}": {exc.message}', field=f"{prefix}{exc.field}")
 
 
-def _row_error_entry(err: claim_rules.RowError) -> dict[str, Any]:
+def _row_error_entry(err: claim_rules.RowError) -> Problem:
     """One problem in the API's shape: NDJSON rows by 1-based `line`, JSON items by 0-based `index`."""
-    entry: dict[str, Any] = {}
+    entry: Problem = {}
     if err.unit == "item" and err.line is not None:
         index = err.line - 1
         entry["index"] = index
@@ -144,7 +137,7 @@ def _row_error_entry(err: claim_rules.RowError) -> dict[str, Any]:
 def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> Exception:
     """400 listing every kept problem; the top level repeats the first one's position."""
     entries = [_row_error_entry(e) for e in exc.errors]
-    first = entries[0] if entries else {"message": str(exc)}
+    first: Problem = entries[0] if entries else {"message": str(exc)}
     total = exc.total
     noun = "problem" if total == 1 else "problems"
     message = f"{total} {noun} in the batch, nothing was stored; first: {first['message']}"
@@ -159,24 +152,31 @@ def rows_error(exc: claim_rules.ClaimsValidationError, *, json_items: bool) -> E
 
 class RecipeIntake:
     """A kind's intake: its recipe (checks/kinds/) validates options and rows, its jobs/ part makes the
-    items. Row errors keep the recipe's line / item and field messages (see `rows_error`)."""
+    items. Every problem is an `ApiError` (via `invalid`); row errors keep the recipe's line / item and field
+    messages (see `rows_error`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
     def parse_options(self, raw: Mapping[str, Any]) -> Any:
+        """Validated options (the recipe's object); called before the body is read."""
         return recipe_for(self.kind).parse_options(raw)
 
     def _units(self, options: Any, rows: Sequence[Any]) -> PreparedRows:
         units, warnings = job_kind(self.kind).units(rows, options)
         return PreparedRows(options=options.as_dict(), units=units, warnings=warnings)
 
-    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
+    def _prepared(self, options: Any, read: Callable[[], Sequence[Any]], *, json_items: bool) -> PreparedRows:
+        """The items of the rows `read()` returns; its row errors as one 400 (`rows_error`)."""
         try:
-            rows = recipe_for(self.kind).rows_from_lines(lines, _limits(settings, options))
+            rows = read()
         except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=False) from None
+            raise rows_error(exc, json_items=json_items) from None
         return self._units(options, rows)
+
+    def from_lines(self, options: Any, lines: Iterable[RowLine], settings: Settings) -> PreparedRows:
+        recipe, limits = recipe_for(self.kind), _limits(settings, options)
+        return self._prepared(options, lambda: recipe.rows_from_lines(lines, limits), json_items=False)
 
     @property
     def streams(self) -> bool:
@@ -193,6 +193,9 @@ class RecipeIntake:
         settings: Settings,
         quota: Callable[[int], None],
     ) -> LoadedRows:
+        """Validate the NDJSON lines (a CSV body's records arrive as such lines) and COPY each valid row
+        into the staging table under `job`'s id as it is read (Postgres; jobs/bulk_load.py builds the items).
+        `quota(items)` is called with the running item count and raises when it is over the quota."""
         loader = job_kind(self.kind).load
         if loader is None:
             raise TypeError(f"kind {self.kind!r} has no streamed loader (check `streams` first)")
@@ -203,11 +206,8 @@ class RecipeIntake:
         return LoadedRows(rows=staged.rows, items=staged.items, warnings=staged.warnings)
 
     def from_items(self, options: Any, items: Sequence[object], settings: Settings) -> PreparedRows:
-        try:
-            rows = recipe_for(self.kind).rows_from_items(items, _limits(settings, options))
-        except claim_rules.ClaimsValidationError as exc:
-            raise rows_error(exc, json_items=True) from None
-        return self._units(options, rows)
+        recipe, limits = recipe_for(self.kind), _limits(settings, options)
+        return self._prepared(options, lambda: recipe.rows_from_items(items, limits), json_items=True)
 
 
 def _limits(settings: Settings, options: object) -> RowLimits:
@@ -220,10 +220,10 @@ def _limits(settings: Settings, options: object) -> RowLimits:
     )
 
 
-class _Intakes(Mapping[str, KindIntake]):
+class _Intakes(Mapping[str, RecipeIntake]):
     """Every registered kind's intake, by name, in the recipes' order."""
 
-    def __getitem__(self, kind: str) -> KindIntake:
+    def __getitem__(self, kind: str) -> RecipeIntake:
         if kind not in kind_names():
             raise KeyError(kind)
         return RecipeIntake(kind)
@@ -235,10 +235,10 @@ class _Intakes(Mapping[str, KindIntake]):
         return len(kind_names())
 
 
-KINDS: Mapping[str, KindIntake] = _Intakes()
+KINDS: Mapping[str, RecipeIntake] = _Intakes()
 
 
-def intake_for(kind: object, *, field: str = "kind") -> tuple[str, KindIntake]:
+def intake_for(kind: object, *, field: str = "kind") -> tuple[str, RecipeIntake]:
     """The intake of a kind, or 400: missing or unknown."""
     if kind is None or kind == "":
         raise invalid(f"kind is required (one of: {', '.join(KINDS)})", field=field)
@@ -262,7 +262,7 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
-def check_metadata(value: object, *, field: str = "metadata") -> dict[str, Any]:
+def check_metadata(value: object, *, field: str = "metadata") -> dict[str, JsonValue]:
     """An object of at most 16 KB of JSON whose strings Postgres can store; else 400."""
     if value is None:
         return {}
@@ -350,7 +350,7 @@ def prepare_json(body: object, settings: Settings) -> PreparedJob:
     return PreparedJob(kind, prepared.options, prepared.units, prepared.warnings, metadata)
 
 
-def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, dict[str, Any]]:
+def ndjson_submission(args: Mapping[str, str]) -> tuple[str, RecipeIntake, Any, dict[str, JsonValue]]:
     """Kind, intake, options and metadata of an NDJSON submission, from its query parameters."""
     kind, intake = intake_for(args.get("kind"))
     raw_options = {k: v for k, v in args.items() if k not in NDJSON_META_PARAMS}
@@ -358,7 +358,7 @@ def ndjson_submission(args: Mapping[str, str]) -> tuple[str, KindIntake, Any, di
         options = intake.parse_options(raw_options)
     except OptionsError as exc:
         raise options_error(exc, prefix="") from None
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, JsonValue] = {}
     raw_meta = args.get("metadata")
     if raw_meta:
         try:
@@ -435,16 +435,11 @@ def submit_stream(
         prepared = _prepare_whole(body_format, args, body, declared_length, settings)
         check_items(tenant, len(prepared.units))
         drain(body, limit, body.bytes_read)  # whatever validation did not need still counts
-        job, created = create_job(
+        job, created = prepared.create(
             session,
-            tenant_id=tenant.id,
-            kind=prepared.kind,
-            options=prepared.options,
-            units=prepared.units,
-            idempotency_key=idempotency_key,
-            metadata=prepared.metadata,
-            warnings=prepared.warnings,
+            tenant.id,
             simulated=simulated,
+            idempotency_key=idempotency_key,
             submission_sha256=fingerprint.hexdigest(),
         )
         return Submission(job, created, fingerprint.hexdigest())

@@ -30,7 +30,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -44,7 +44,7 @@ from config.logging import bind, configure_logging, unbind
 from models import JOB_STATUSES, ApiCall, Item, Job, utcnow
 from models.jobs import IN_FLIGHT_SQL
 from web.session import WebResources, resources
-from workers.metrics import embedded_redis, read_limiter_metrics
+from workers.metrics import EndpointWaits, embedded_redis, read_limiter_metrics
 
 log = logging.getLogger("factgate.web")
 
@@ -56,6 +56,26 @@ QUEUE = "celery"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_ID_HEADER = "X-Request-Id"
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+# The limiter's counters, one series per endpoint each: the metric's name, its help, and its figure.
+LIMITER_COUNTERS: tuple[tuple[str, str, Callable[[EndpointWaits], float]], ...] = (
+    ("factgate_limiter_timeouts", "Limiter waits that gave up (task retried later)", lambda e: e.timeouts),
+    (
+        "factgate_upstream_throttled",
+        "Upstream 429s that paused the endpoint for every worker (Retry-After)",
+        lambda e: e.throttled,
+    ),
+    (
+        "factgate_limiter_wire_held",
+        "Requests the wire gate held back because the upstream's window was full of recent sends",
+        lambda e: e.wire_held,
+    ),
+    (
+        "factgate_limiter_wire_held_seconds",
+        "Seconds requests were held back by the wire gate",
+        lambda e: e.wire_held_s,
+    ),
+)
 
 
 def metrics_enabled(env: dict[str, str] | None = None) -> bool:
@@ -241,37 +261,17 @@ class FactgateCollector:
             "Seconds a worker waited for an upstream rate-limiter slot, per endpoint",
             labels=["endpoint"],
         )
-        timeouts = CounterMetricFamily(
-            "factgate_limiter_timeouts",
-            "Limiter waits that gave up (task retried later)",
-            labels=["endpoint"],
-        )
-        blocks = CounterMetricFamily(
-            "factgate_upstream_throttled",
-            "Upstream 429s that paused the endpoint for every worker (Retry-After)",
-            labels=["endpoint"],
-        )
-        held = CounterMetricFamily(
-            "factgate_limiter_wire_held",
-            "Requests the wire gate held back because the upstream's window was full of recent sends",
-            labels=["endpoint"],
-        )
-        held_s = CounterMetricFamily(
-            "factgate_limiter_wire_held_seconds",
-            "Seconds requests were held back by the wire gate",
-            labels=["endpoint"],
-        )
+        counters = [
+            (CounterMetricFamily(name, about, labels=["endpoint"]), figure)
+            for name, about, figure in LIMITER_COUNTERS
+        ]
         for endpoint, entry in sorted(data.items()):
             wait.add_metric([endpoint], entry.cumulative(), entry.sum_s)
-            timeouts.add_metric([endpoint], entry.timeouts)
-            blocks.add_metric([endpoint], entry.throttled)
-            held.add_metric([endpoint], entry.wire_held)
-            held_s.add_metric([endpoint], entry.wire_held_s)
+            for family, figure in counters:
+                family.add_metric([endpoint], figure(entry))
         yield wait
-        yield timeouts
-        yield blocks
-        yield held
-        yield held_s
+        for family, _ in counters:
+            yield family
 
     def _queue(self) -> Iterator[Any]:
         depth = GaugeMetricFamily(

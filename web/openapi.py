@@ -7,7 +7,6 @@ generator could infer; a test checks that every route registered under /v1 appea
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from checks.claims import CONTRADICTED_MAX, MAX_ERRORS_KEPT, SUPPORTED_MIN
 from checks.contracts import ExportEnd, schema_of
@@ -23,20 +22,29 @@ from jobs.serialize import job_schema
 from models import JOB_STATUSES
 from web.errors import ERROR_TYPES, RETRY_AFTER_S
 from web.intake import MAX_IDEMPOTENCY_KEY_CHARS, MAX_METADATA_BYTES
+from web.openapi_types import (
+    Document,
+    Header,
+    Parameter,
+    PathItem,
+    Response,
+    Schema,
+    object_schema,
+)
 
 NDJSON = "application/x-ndjson"
 
 
-def _ref(name: str) -> dict[str, str]:
+def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _error(description: str) -> dict[str, Any]:
+def _error(description: str) -> Response:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
 
-def _job(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _job(description: str, headers: dict[str, Header] | None = None) -> Response:
+    out: Response = {
         "description": description,
         "content": {"application/json": {"schema": _ref("Job")}},
     }
@@ -45,17 +53,19 @@ def _job(description: str, headers: dict[str, Any] | None = None) -> dict[str, A
     return out
 
 
-LOCATION = {"Location": {"description": "URL of the job's status object", "schema": {"type": "string"}}}
-JOB_STATUS_HEADER = {
+LOCATION: dict[str, Header] = {
+    "Location": {"description": "URL of the job's status object", "schema": {"type": "string"}}
+}
+JOB_STATUS_HEADER: dict[str, Header] = {
     "X-Job-Status": {"description": "the job's status when the stream started", "schema": {"type": "string"}}
 }
 
-UNAUTHORIZED = {
+UNAUTHORIZED: Response = {
     "description": "Missing, unknown or revoked bearer token. Carries `WWW-Authenticate: Bearer`.",
     "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
     "content": {"application/json": {"schema": _ref("Error")}},
 }
-RETRY_AFTER_HEADER = {
+RETRY_AFTER_HEADER: Header = {
     "description": f"seconds to wait before trying again ({RETRY_AFTER_S} while a dependency is unreachable)",
     "schema": {"type": "integer"},
 }
@@ -65,7 +75,7 @@ JOB_PURGED = _error(
 )
 JOB_NOT_FOUND = _error("No such job for this tenant (another tenant's job and a malformed id look the same).")
 
-JOB_ID = {
+JOB_ID: Parameter = {
     "name": "job_id",
     "in": "path",
     "required": True,
@@ -74,7 +84,7 @@ JOB_ID = {
 }
 
 
-def _cutoff_param(name: str, default: float, description: str) -> dict[str, Any]:
+def _cutoff_param(name: str, default: float, description: str) -> Parameter:
     return {
         "name": name,
         "in": "query",
@@ -92,7 +102,7 @@ CONTRADICTED_MAX_PARAM = _cutoff_param(
 )
 
 
-def _submission(kind: str, options: str, row: str) -> dict[str, Any]:
+def _submission(kind: str, options: str, row: str) -> Schema:
     """One variant of a JSON submission: its kind, that kind's options and rows."""
     return {
         "type": "object",
@@ -107,7 +117,7 @@ def _submission(kind: str, options: str, row: str) -> dict[str, Any]:
     }
 
 
-SCHEMAS: dict[str, Any] = {
+SCHEMAS: dict[str, Schema] = {
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -382,7 +392,7 @@ _JOB_SCHEMA, _JOB_DEFS = job_schema()
 SCHEMAS["Job"] = _JOB_SCHEMA
 SCHEMAS.update(_JOB_DEFS)
 
-NDJSON_QUERY_PARAMS = [
+NDJSON_QUERY_PARAMS: list[Parameter] = [
     {
         "name": "kind",
         "in": "query",
@@ -399,7 +409,8 @@ NDJSON_QUERY_PARAMS = [
         "name": "model",
         "in": "query",
         "description": "claims, answer and quote option (NDJSON only)",
-        "schema": {"type": "string", "enum": sorted(KNOWN_MODELS)},
+        # list(): a list of JSON values, where sorted() alone would type it a list of strings
+        "schema": {"type": "string", "enum": list(sorted(KNOWN_MODELS))},
     },
     {
         **SUPPORTED_MIN_PARAM,
@@ -435,7 +446,7 @@ NDJSON_QUERY_PARAMS = [
     },
 ]
 
-EXPORTS_BUSY: dict[str, Any] = {
+EXPORTS_BUSY: Response = {
     **_error(
         "Type `quota_exceeded`, field `max_exports_per_tenant`: the tenant already has as many downloads "
         "streaming as FACTGATE_MAX_EXPORTS_PER_TENANT allows (`limit`, `used`); try again after "
@@ -444,7 +455,7 @@ EXPORTS_BUSY: dict[str, Any] = {
     "headers": {"Retry-After": RETRY_AFTER_HEADER},
 }
 
-PATHS: dict[str, Any] = {
+PATHS: dict[str, PathItem] = {
     "/v1/jobs": {
         "post": {
             "operationId": "createJob",
@@ -814,7 +825,7 @@ COMMON_RESPONSES_NOTE = (
 )
 
 # What any operation can answer besides its own responses: refusals that come before the view runs.
-COMMON_RESPONSES: dict[str, Any] = {
+COMMON_RESPONSES: dict[str, Response] = {
     "400": _error(
         "A NUL character (`%00`) in the path or the query (`invalid_request_error`; `field` is `path` or the "
         "query parameter)."
@@ -823,7 +834,7 @@ COMMON_RESPONSES: dict[str, Any] = {
     "431": _error("The request headers are too large (`header_fields_too_large_error`)."),
     "500": _error("An unexpected failure; the server log has the details (`server_error`)."),
 }
-UNAVAILABLE_RESPONSE: dict[str, Any] = {
+UNAVAILABLE_RESPONSE: Response = {
     **_error(
         "The database or Redis is unreachable for the moment, e.g. restarting (`service_unavailable_error`); "
         "try again after `Retry-After` seconds."
@@ -834,13 +845,12 @@ UNAVAILABLE_RESPONSE: dict[str, Any] = {
 NO_DEPENDENCY_PATHS = ("/healthz", "/openapi.json")
 for _path, _item in PATHS.items():
     for _operation in _item.values():
-        if isinstance(_operation, dict) and "responses" in _operation:
-            for _code, _response in COMMON_RESPONSES.items():
-                _operation["responses"].setdefault(_code, _response)
-            if _path not in NO_DEPENDENCY_PATHS:
-                _operation["responses"].setdefault("503", UNAVAILABLE_RESPONSE)
+        for _code, _response in COMMON_RESPONSES.items():
+            _operation["responses"].setdefault(_code, _response)
+        if _path not in NO_DEPENDENCY_PATHS:
+            _operation["responses"].setdefault("503", UNAVAILABLE_RESPONSE)
 
-DOCUMENT: dict[str, Any] = {
+DOCUMENT: Document = {
     "openapi": "3.1.0",
     "info": {
         "title": "factgate API",
@@ -882,11 +892,11 @@ DOCUMENT: dict[str, Any] = {
 }
 
 
-def _contracts(schemas: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def _contracts(schemas: dict[str, Schema]) -> tuple[list[Schema], list[Schema]]:
     """Add every recipe's row and options schema, and its result line and summary schema (generated from its
     pydantic contracts), to `schemas`; return the references to the result lines and to the summaries."""
-    lines: list[dict[str, str]] = []
-    summaries: list[dict[str, str]] = []
+    lines: list[Schema] = []
+    summaries: list[Schema] = []
     for kind in kind_names():
         recipe = recipe_for(kind)
         schemas[recipe.row_schema_name] = dict(recipe.row_schema)
@@ -914,7 +924,7 @@ def _kind_enums(node: object, kinds: list[str]) -> None:
             _kind_enums(value, kinds)
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document() -> Document:
     """A copy of the document (callers may annotate theirs), completed from the registered recipes: the
     kind enums, and the result line, summary and scorecard schemas generated from their contracts."""
     doc = copy.deepcopy(DOCUMENT)
@@ -934,7 +944,7 @@ def openapi_document() -> dict[str, Any]:
     for media in (NDJSON, "text/csv"):
         create = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"][media]["schema"]
         create["oneOf"] = [_ref(name) for name in rows]
-    schemas["Job"]["properties"]["summary"] = {
+    object_schema(schemas["Job"]["properties"])["summary"] = {
         "anyOf": [{"type": "null"}, *summaries],
         "description": "Report totals, written when the job ends: the kind's summary.",
     }

@@ -353,10 +353,9 @@ def _session_still_live() -> Callable[[Session], bool]:
 def _download(job: Job, body: Iterator[str], mimetype: str, filename: str) -> Response:
     """A streamed download holding one of the tenant's export slots (ExportsBusy, a 429 page, when none is
     free: web/export_slots.py)."""
-    resp = export_response(body, mimetype)
-    resp.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
-    resp.headers["X-Job-Status"] = job.status
-    return resp
+    return export_response(
+        body, mimetype, job_status=job.status, disposition=f'attachment; filename="{filename}"'
+    )
 
 
 @pages.get("/jobs/<job_id>/results.ndjson")

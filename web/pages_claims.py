@@ -64,7 +64,9 @@ class ClaimRowView:
     cells: list[ModeCell]
     flip: bool
     outside_query: bool
-    sources: list[dict[str, Any]]
+    # The search results the upstream grounded the claim on, as stored (`url`, `title`, `date`): the page
+    # links them and reads nothing else.
+    sources: list[Mapping[str, object]]
 
     def matches(self, show: str) -> bool:
         if show == "flips":
@@ -178,7 +180,7 @@ def explorer_from_args(job: Job, args: Mapping[str, str]) -> Explorer:
 def _row_view(record: ClaimResult, modes: list[str], smin: float, cmax: float) -> ClaimRowView:
     label = record.label
     cells: list[ModeCell] = []
-    sources: list[dict[str, Any]] = []
+    sources: list[Mapping[str, object]] = []
     seen_urls: set[str] = set()
     outside = False
     for mode in modes:
@@ -313,7 +315,7 @@ def _stored_bins(raw: object) -> ModeCounts:
 
 def _replayed_summary(
     session: Session, job: Job, counts: dict[str, ModeCounts], explorer: Explorer
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The stored summary with every cutoff-dependent figure recounted in SQL at these cutoffs. The
     figures that no cutoff changes (means, cost, Brier score, outside-query count) stay as stored."""
     stored: dict[str, Any] = job.summary or {}
@@ -323,7 +325,7 @@ def _replayed_summary(
     flips: list[dict[str, Any]] = []
     if len(modes) == 2:
         flips_total, flips = flips_at(session, job.id, smin, cmax, FLIPS_SHOWN)
-    cards: dict[str, Any] = {}
+    cards: dict[str, dict[str, object]] = {}
     for mode in modes:
         card = dict((stored.get("scorecards") or {}).get(mode) or {})
         card.update((counts.get(mode) or ModeCounts()).card_figures())

@@ -15,25 +15,30 @@ from flask import Flask
 from web.security import LINK_REL, safe_href
 
 
+def _figure(value: object) -> float | None:
+    """A number to show, or None for anything else (a bool is no figure, though Python counts it an int)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def prob(value: object, digits: int = 3) -> str:
     """A probability with three decimals (docs/spec.md §3: compare unrounded, print three decimals)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "—"
-    return f"{float(value):.{digits}f}"
+    v = _figure(value)
+    return "—" if v is None else f"{v:.{digits}f}"
 
 
 def pct(value: object, digits: int = 0) -> str:
     """A fraction (0.25) as a percentage ("25 %")."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "—"
-    return f"{float(value) * 100:.{digits}f} %"
+    v = _figure(value)
+    return "—" if v is None else f"{v * 100:.{digits}f} %"
 
 
 def usd(value: object) -> str:
     """Money: cents for amounts over a dollar, more digits for the small per-job costs."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    v = _figure(value)
+    if v is None:
         return "—"
-    v = float(value)
     if v == 0:
         return "$0.00"
     if abs(v) < 1:
@@ -43,9 +48,8 @@ def usd(value: object) -> str:
 
 def number(value: object, digits: int = 0) -> str:
     """A count or mean with thousands separators."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "—"
-    return f"{value:,.{digits}f}"
+    v = _figure(value)
+    return "—" if v is None else f"{v:,.{digits}f}"
 
 
 def when(value: object) -> str:
@@ -59,9 +63,9 @@ def when(value: object) -> str:
 
 def duration(seconds: object) -> str:
     """Elapsed time for people: "850 ms", "4.2 s", "3 min 12 s", "2 h 05 min"."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+    s = _figure(seconds)
+    if s is None:
         return "—"
-    s = float(seconds)
     if s < 1:
         return f"{s * 1000:.0f} ms"
     if s < 60:

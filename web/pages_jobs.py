@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
+from pydantic import JsonValue
 from sqlalchemy.orm import Session
 
 from checks.recipes import RECIPES
@@ -65,8 +66,8 @@ class JobView:
     simulated_note: str
     warnings: list[str]
     error: str | None
-    metadata: dict[str, Any]
-    options: dict[str, Any]
+    metadata: dict[str, JsonValue]  # the caller's own object, as submitted
+    options: dict[str, JsonValue]
     schedule: str  # what the scheduler says about a live job (its share, ETA, or why it waits); "" otherwise
     counts_note: str  # when the counts are the scheduler's latest rather than exact now; "" when exact
 
@@ -172,7 +173,30 @@ def job_view(
     )
 
 
-def progress_payload(session: Session, job: Job) -> dict[str, Any]:
+class ProgressText(TypedDict):
+    """The poll's figures as the page writes them."""
+
+    percent: str
+    cost: str
+    elapsed: str
+    status: str
+    schedule: str
+    counts_as_of: str
+
+
+class Progress(TypedDict):
+    """The JSON body the job page's script polls (`/jobs/<id>/progress.json`)."""
+
+    status: str
+    ended: bool
+    percent: float
+    counts: dict[str, int]
+    cost_usd: float
+    elapsed_s: float | None
+    text: ProgressText
+
+
+def progress_payload(session: Session, job: Job) -> Progress:
     """What the job page's script polls: enough to move the bar and the counters, nothing more."""
     view = job_view(session, job)
     return {

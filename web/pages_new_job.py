@@ -24,9 +24,10 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from flask import flash, redirect, render_template, request, url_for
+from pydantic import JsonValue
 from sqlalchemy.orm import Session
 from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers.response import Response as BaseResponse
@@ -39,7 +40,6 @@ from checks.options import CLAIMS_MODES
 from checks.packing import DEFAULT_AUDIT_SHARE
 from checks.recipes import Recipe, recipe_for
 from config import Settings
-from jobs.intake import create_job
 from jobs.quotas import QuotaExceeded, check_items, check_submission
 from models import Job, Tenant, utcnow
 from web.auth import current_tenant
@@ -106,7 +106,7 @@ class Upload:
     options: dict[str, str]
     stream: Readable
     fmt: str  # "ndjson", "json" or "csv"
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
 
 
 def submit_upload(upload: Upload, tenant: Tenant, cfg: Settings) -> Job:
@@ -164,23 +164,14 @@ def _submit_json(session: Session, upload: Upload, tenant: Tenant, cfg: Settings
         raise
     prepared = prepare_json(_json_body(upload, document), cfg)
     check_items(tenant, len(prepared.units))
-    job, _created = create_job(
-        session,
-        tenant_id=tenant.id,
-        kind=prepared.kind,
-        options=prepared.options,
-        units=prepared.units,
-        metadata=prepared.metadata,
-        warnings=prepared.warnings,
-        simulated=cfg.uses_simulator,
-    )
+    job, _created = prepared.create(session, tenant.id, simulated=cfg.uses_simulator)
     return job
 
 
-def _json_body(upload: Upload, document: object) -> dict[str, Any]:
+def _json_body(upload: Upload, document: object) -> dict[str, JsonValue]:
     """The API's JSON body for a JSON file: an array of rows, or an object with `items` (an API body
     without kind and options, which the form sets)."""
-    body: dict[str, Any] = {"kind": upload.kind, "options": dict(upload.options)}
+    body: dict[str, JsonValue] = {"kind": upload.kind, "options": {**upload.options}}
     if upload.metadata:
         body["metadata"] = upload.metadata
     if isinstance(document, list):
@@ -291,7 +282,7 @@ def _upload(state: FormState) -> tuple[Upload, str]:
     chosen = request.files.get("file")
     fields = _sent_fields(state.kind)
     options = {fields[k]: v for k, v in state.options.items() if k in fields}
-    metadata: dict[str, Any] = {"name": state.name} if state.name else {}
+    metadata: dict[str, JsonValue] = {"name": state.name} if state.name else {}
     if chosen is not None and chosen.filename:
         state.filename = chosen.filename[:MAX_NAME_CHARS]
         stream: IO[bytes] = chosen.stream

@@ -118,3 +118,26 @@ def question_reports(
         next_after=found.next_after,
         first=cursor is None,
     )
+
+
+def questions_report_context(
+    session: Session,
+    job: Job,
+    args: Mapping[str, str],
+    interactive: bool,
+    *,
+    template: str,
+    statuses: Mapping[str, tuple[str, str, str]],
+) -> dict[str, object]:
+    """The report page's context of a kind whose report is a page of questions (answer, quote): its
+    `template` and the names of its questions' `statuses`; all of them at once when not `interactive`."""
+    questions = question_reports(session, job, args, page_size=QUESTIONS_PAGE_SIZE if interactive else None)
+    return {
+        "template": template,
+        "questions": questions,
+        "summary": job.summary or {},
+        "statuses": statuses,
+        "labels": ANSWER_LABELS,
+        "interactive": interactive,
+        "input_error": None,
+    }

@@ -8,7 +8,6 @@ drawn. The file has none: it must read the same wherever it is opened.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -18,7 +17,7 @@ from web.kinds import KINDS
 
 def report_context(
     session: Session, job: Job, args: Mapping[str, str], *, interactive: bool
-) -> dict[str, Any] | None:
+) -> Mapping[str, object] | None:
     """The report template and its data (the kind's web part, web/kinds/), or None for an unknown kind."""
     part = KINDS.find(job.kind)
     return None if part is None else part.report(session, job, args, interactive)

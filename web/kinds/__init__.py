@@ -22,7 +22,7 @@ from models import Job
 Renderer = Callable[[Iterator[Any]], Iterator[str]]
 # (session, job, query arguments, interactive) → the report template's context, with its "template".
 # None: the kind has no report beyond the job overview.
-ReportBuilder = Callable[[Session, Job, Mapping[str, str], bool], dict[str, Any] | None]
+ReportBuilder = Callable[[Session, Job, Mapping[str, str], bool], Mapping[str, object] | None]
 
 
 @dataclass(frozen=True)

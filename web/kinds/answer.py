@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from models import Job
 from web.csv_exports import answers_csv
 from web.kinds import WebKind, register
-from web.pages_questions import ANSWER_LABELS, ANSWER_STATUSES, QUESTIONS_PAGE_SIZE, question_reports
+from web.pages_questions import ANSWER_STATUSES, questions_report_context
 
 
-def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, Any]:
-    questions = question_reports(session, job, args, page_size=QUESTIONS_PAGE_SIZE if interactive else None)
-    return {
-        "template": "report_answer.html",
-        "questions": questions,
-        "summary": job.summary or {},
-        "statuses": ANSWER_STATUSES,
-        "labels": ANSWER_LABELS,
-        "interactive": interactive,
-        "input_error": None,
-    }
+def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, object]:
+    return questions_report_context(
+        session, job, args, interactive, template="report_answer.html", statuses=ANSWER_STATUSES
+    )
 
 
 KIND = register(WebKind("answer", csv=answers_csv, report=report))

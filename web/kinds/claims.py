@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -13,7 +12,7 @@ from web.kinds import WebKind, register
 from web.pages_claims import PAGE_SIZE, SHOW_CHOICES, claims_report
 
 
-def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, Any]:
+def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, object]:
     claims = claims_report(session, job, args, page_size=PAGE_SIZE if interactive else None)
     return {
         "template": "report_claims.html",

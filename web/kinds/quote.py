@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from models import Job
 from web.csv_exports import quotes_csv
 from web.kinds import WebKind, register
-from web.pages_questions import ANSWER_LABELS, QUESTIONS_PAGE_SIZE, QUOTE_STATUSES, question_reports
+from web.pages_questions import QUOTE_STATUSES, questions_report_context
 
 
-def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, Any]:
-    questions = question_reports(session, job, args, page_size=QUESTIONS_PAGE_SIZE if interactive else None)
-    return {
-        "template": "report_quote.html",
-        "questions": questions,
-        "summary": job.summary or {},
-        "statuses": QUOTE_STATUSES,
-        "labels": ANSWER_LABELS,
-        "interactive": interactive,
-        "input_error": None,
-    }
+def report(session: Session, job: Job, args: Mapping[str, str], interactive: bool) -> dict[str, object]:
+    return questions_report_context(
+        session, job, args, interactive, template="report_quote.html", statuses=QUOTE_STATUSES
+    )
 
 
 KIND = register(WebKind("quote", csv=quotes_csv, report=report))
