@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import case, func, or_, select, text, union_all, update
 from sqlalchemy.orm import Session
@@ -294,7 +293,7 @@ def reused_share(session: Session, endpoint: str, *, sample: int = 50, window_s:
     return 0.0 if value is None else float(value)
 
 
-def store_schedules(session: Session, views: Mapping[uuid.UUID, dict[str, Any]]) -> None:
+def store_schedules(session: Session, views: Mapping[uuid.UUID, Mapping[str, object]]) -> None:
     """Write the scheduler's view of each live job (share, rate, ETA) onto the job rows.
 
     A few writes per job every few seconds — never per item, so the job row does not become hot.
