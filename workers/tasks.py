@@ -147,10 +147,11 @@ def purge_job(
     transaction; returns the rows removed.
 
     Between batches it rests `purge_pause_ratio` times as long as the batch took (FACTGATE_PURGE_PAUSE_RATIO,
-    docs/architecture.md "Purge"): a million-item purge writes over a gigabyte of WAL, and back to back its
-    deletes kept one backend and the WAL busy the whole time, so a small commit of another tenant queued
-    behind them. Resting in proportion to the batch's own time bounds the purge's share whatever the
-    machine's speed; it only makes the purge longer, never holds a lock while resting."""
+    docs/architecture.md "Deleting, retention and the purge"): a large purge writes a lot of WAL, and back to
+    back its deletes would keep one backend and the WAL busy the whole time, so a small commit of another
+    tenant would queue behind them (docs/profiles/README.md, "The purge's rest"). Resting in proportion to
+    the batch's own time bounds the purge's share whatever the machine's speed; it only makes the purge
+    longer, never holds a lock while resting."""
     removed = 0
     ratio = max(0.0, ctx.settings.purge_pause_ratio)
     while True:
