@@ -1,10 +1,11 @@
 """What the pack handlers share: asking a packed request and sharing its answer out to the pack's members.
 
-Every pack handler (claims, citations' sentences, quote ranks) does the same with what came back: a member
+The pack handlers of claims, citations' sentences and quote ranks do the same with what came back: a member
 whose answers the packed reply left out leaves the pack and is asked alone (`AskAlone`), every other member
 gets its answers and its whole-unit share of the request's tokens (checks/packing.py:split_count), and the
 pack's call rows are stored once, on the head (jobs/packs.py). Only what a member's output holds differs,
-so that is the one thing a handler says.
+so that is the one thing a handler says. (The answer kind's sentences go through workers/answers.py:
+score_pack, which a rewrite's sentences share.)
 """
 
 from __future__ import annotations
