@@ -1,8 +1,9 @@
 """What an item handler decided; the task applies it through jobs/ in one transaction.
 
-An item's output is open here: each kind's stage records (checks/*_contracts.py) give it its shape and
-jobs/ reads it back through them, so an outcome only carries it to the item's JSON column. `object`, not
-`Any`: nothing in between may read a key without saying what it expects.
+An item's output is open here: its kind gives it its shape (the stage records of checks/*_contracts.py, a
+claim's `workers/claims.py:ClaimOutput`) and jobs/ reads it back by that shape, so an outcome only carries it
+to the item's JSON column. `object`, not `Any`: nothing in between may read a key without saying what it
+expects.
 """
 
 from __future__ import annotations
