@@ -134,8 +134,9 @@ class _InstantPath:
     header can only be answered (or refused as a client error), so the checks that remain — route, key,
     body size, validation — are made here on the WSGI environ and the engine's answer is written as is:
     the same status, body and `x-request-id` as through the Flask app, and counted in the same stats.
-    Flask's request and response objects were most of the simulator's CPU per request in the ceiling
-    bench, where an unlimited, instant upstream should cost next to nothing (docs/architecture.md).
+    Flask's request and response objects cost more than the answer itself, where an unlimited, instant
+    upstream should cost next to nothing (measured: docs/profiles/README.md, "An instant simulator skips
+    Flask").
     Anything else (other routes and methods, a test header) goes to the app.
     """
 

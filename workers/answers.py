@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+
+from pydantic import JsonValue
 
 from checks import answers as gate
 from checks.answer_contracts import (
@@ -27,12 +27,22 @@ from checks.answer_contracts import (
     SentenceVerdict,
 )
 from checks.answer_labels import DEFAULT_CUTOFFS, LabelCutoffs
-from checks.contracts import QuestionInput
 from checks.packing import answer_plan, group_sentences, pack_sentences, split_count, unpacked_answers
 from clients.results import AgentAnswer, Decision
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
+from workers.outcomes import (
+    AskAlone,
+    Done,
+    Failed,
+    Member,
+    Outcome,
+    PackAnswered,
+    PackOutcome,
+    Transient,
+    failed_with,
+)
+from workers.questions import Answered, ask_question
 from workers.steps import Calls, StepError, answers_as_dicts, call_facts, model_of
 
 
@@ -71,7 +81,7 @@ def split_answer(text: str, results: Sequence[AgentResult]) -> list[SentenceSpec
     return specs
 
 
-def sentence_specs(text: str, results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def sentence_specs(text: str, results: Sequence[Mapping[str, object]]) -> list[dict[str, JsonValue]]:
     """`split_answer` over search results as stored (JSON), giving the sentences as stored."""
     return [s.dump() for s in split_answer(text, [AgentResult.read(r) for r in results])]
 
@@ -180,21 +190,21 @@ def score_pack(
     return PackScores(decision, verdicts)
 
 
+def _unanswered(started_at: str) -> AnswerQuestionOutput:
+    """What a question whose call did not answer keeps beside the error."""
+    return AnswerQuestionOutput(kind="answer", started_at=started_at)
+
+
 def handle_answer_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Ask the Agent API; store its text, results and the sentences to score (with their passages)."""
-    started = datetime.now(UTC).isoformat()
-    try:
-        body = gate.answer_request(QuestionInput.read(item.input).question)
-    except ValueError as exc:
-        return Failed(str(exc))
-    try:
-        answer: AgentAnswer = calls.run(lambda: calls.client.agent(body))
-    except StepError as exc:
-        return calls.failed(exc, AnswerQuestionOutput(kind="answer", started_at=started).dump())
+    asked = ask_question(item, calls, gate.answer_request, calls.client.agent, _unanswered)
+    if not isinstance(asked, Answered):
+        return asked
+    answer: AgentAnswer = asked.response
     agent = _agent_facts(answer)
     output = AnswerQuestionOutput(
         kind="answer",
-        started_at=started,
+        started_at=asked.started_at,
         agent=agent,
         request_id=agent.request_id,
         request_ids=agent.request_ids,
@@ -202,8 +212,7 @@ def handle_answer_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) 
     try:
         specs = split_answer(answer.text, agent.results)
     except gate.SplitError as exc:
-        error = f"the answer could not be split into sentences: {exc}"
-        return Failed(error, calls.rows, output.model_copy(update={"error": error}).dump())
+        return failed_with(f"the answer could not be split into sentences: {exc}", calls.rows, output)
     return Done(output.model_copy(update={"sentences": specs}).dump(), calls.rows)
 
 
@@ -231,7 +240,7 @@ def handle_sentence_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls
         if verdict is None:
             members.append(AskAlone("the packed answer left out some of this sentence's questions"))
         elif isinstance(verdict, StepError):
-            output = {"error": str(verdict), "request_ids": verdict.request_ids}
+            output: dict[str, object] = {"error": str(verdict), "request_ids": verdict.request_ids}
             members.append(Failed(str(verdict), [], output))
         else:
             members.append(Done(verdict.dump()))

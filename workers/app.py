@@ -3,8 +3,9 @@
 Server mode uses Redis as broker and result store; embedded mode (no DATABASE_URL / REDIS_URL) uses kombu's
 in-memory transport and an in-memory result store, with the worker running inside the same process. The
 settings themselves are `workers/api.py:celery_config` (shared with the web process's producer app). Their
-polling intervals are short because in-memory transports poll: with the defaults a 200-item chord took 25 s
-to close in embedded mode, with these 0.8 s (measured; docs/architecture.md, Modes of running).
+polling intervals are short because in-memory transports poll: every message and every window's join
+waits up to one interval, which at Celery's defaults makes an embedded job crawl (measured:
+docs/profiles/README.md, "In-memory transports poll").
 """
 
 from __future__ import annotations

@@ -57,11 +57,12 @@ def waiting_items() -> list[int]:
 
 @signals.worker_ready.connect
 def _freeze_startup_objects(**_: Any) -> None:
-    """Move what start-up allocated (modules, the Celery app, SQLAlchemy metadata: ~127,000 objects) out
-    of the garbage collector's reach. A full collection traverses every tracked object and stops every
-    thread meanwhile; over those objects it took 28-52 ms, long enough to push a request past its limiter
-    slot (docs/architecture.md, the limiter's headroom). After the freeze it takes well under 1 ms of that.
-    They are never freed anyway: they live as long as the worker."""
+    """Move what start-up allocated (modules, the Celery app, SQLAlchemy metadata) out of the garbage
+    collector's reach. A full collection traverses every tracked object and stops every thread meanwhile;
+    over that many objects the pause is long enough to push a request past its limiter slot (the
+    headroom's slack), and a frozen object is never traversed again. They are never freed anyway: they
+    live as long as the worker. The pause before and after: docs/profiles/README.md, "Garbage
+    collection"."""
     gc.freeze()
     log.debug("froze %d start-up objects out of the garbage collector", gc.get_freeze_count())
 
@@ -70,10 +71,11 @@ def _freeze_startup_objects(**_: Any) -> None:
 def _open_database_connections(sender: Any = None, **_: Any) -> None:
     """Open the worker's database connections before the first job instead of during it.
 
-    Why: a freshly started worker's first job began with every thread opening its own Postgres connection
-    at once, in the first second of a run at the upstream's limit (bench/at_limit.py: the first run's
-    start and tail were 0.3 s longer than the next runs'). As many as the pool keeps (its `size`, or the
-    thread count if that is smaller) are opened and handed back; a failure only means they open later."""
+    Why: otherwise a freshly started worker's first job begins with every thread opening its own Postgres
+    connection at once, in the first second of a run at the upstream's limit, and that run starts and ends
+    later than the next ones (docs/profiles/README.md, "Connections opened ahead"). As many as the pool
+    keeps (its `size`, or the thread count if that is smaller) are opened and handed back; a failure only
+    means they open later."""
     app = getattr(sender, "app", None)
     if app is None:
         return

@@ -4,9 +4,9 @@ Why: acknowledging a message is the broker's at-least-once delivery, and factgat
 an item is claimed with a conditional UPDATE, so a second copy does nothing, and a lost message is sent
 again by the database (a dispatch left unclaimed goes stale, a lease runs out; docs/architecture.md,
 Invariants). Yet kombu's Redis transport emulates acknowledgements with two pipelines per message (record
-the message as unacknowledged when it arrives, remove it when the task starts): about a fifth of a worker's
-CPU per item at full speed. With the task queue declared `no_ack` (workers/app.py) a message is simply
-popped.
+the message as unacknowledged when it arrives, remove it when the task starts), a large share of a
+worker's CPU per item at full speed for nothing (docs/profiles/README.md, "Acknowledgements"). With the task
+queue declared `no_ack` (workers/app.py) a message is simply popped.
 
 kombu's virtual channels skip the first pipeline for a `no_ack` consumer but still send the second when
 Celery acknowledges; AMQP channels know their no-ack consumers and skip it. This channel does the same:

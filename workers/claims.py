@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from checks import claims as claim_rules
-from checks.packing import pack_claims, split_count
+from checks.packing import pack_claims
 from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
-from workers.steps import Calls, StepError, ask_packed, model_of
+from workers.outcomes import Done, Outcome, PackOutcome
+from workers.packed import answer_pack
+from workers.steps import Calls, StepError, model_of
+
+
+class ClaimSource(TypedDict):
+    """A search result a grounded claim's answer was based on, as its output stores it."""
+
+    title: str
+    url: str
+    date: str | None
+    snippet: str
+
+
+class ClaimOutput(TypedDict):
+    """A claim item's output (jobs/claims.py reads it back into result lines), in its stored key order."""
+
+    p: float
+    verdict: str
+    request_id: str | None
+    request_ids: list[str]
+    sanitized: list[str]
+    input_tokens: int
+    output_tokens: int
+    model: str | None
+    n_search_results: int
+    sources: list[ClaimSource]
 
 
 def _verdict(p: float, opts: Mapping[str, Any]) -> str:
@@ -20,40 +45,52 @@ def _verdict(p: float, opts: Mapping[str, Any]) -> str:
     )
 
 
+def claim_output(
+    p: float,
+    options: Mapping[str, Any],
+    decision: Decision,
+    tokens: tuple[int, int],
+    sources: list[ClaimSource],
+) -> ClaimOutput:
+    """A claim's output, packed or not: its p and verdict, the request's ids, its tokens (a packed claim's
+    share), the search results behind it (none when packed: a packed request is ungrounded)."""
+    record = decision.record
+    return ClaimOutput(
+        p=p,
+        verdict=_verdict(p, options),
+        request_id=record.request_id,
+        request_ids=record.request_ids,
+        sanitized=list(record.sanitized),
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        model=decision.model,
+        n_search_results=len(sources),
+        sources=sources,
+    )
+
+
 def handle_claim_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: Calls) -> PackOutcome:
     """One ungrounded Decisions request for several claims (docs/spec.md §9.3): each claim's p, verdict
     and request ids on its own item, with its share of the tokens."""
     model = model_of(items[0])
-    try:
-        packed = pack_claims([str(i.input["claim"]) for i in items], model)
-    except ValueError as exc:
-        return Failed(f"cannot check these claims: {exc}")
-    asked = ask_packed(calls, packed.body, model)
-    if isinstance(asked, Failed | Transient):
-        return asked
-    decision, answers = asked
-    rec = decision.record
-    tokens_in = split_count(decision.input_tokens, len(items))
-    tokens_out = split_count(decision.output_tokens, len(items))
-    members: list[Member] = []
-    for i, p in enumerate(packed.answers_of(answers)):
-        if p is None:
-            members.append(AskAlone("the packed answer left out this claim's question"))
-            continue
-        output: dict[str, Any] = {
-            "p": p,
-            "verdict": _verdict(p, items[i].options),
-            "request_id": rec.request_id,
-            "request_ids": rec.request_ids,
-            "sanitized": list(rec.sanitized),
-            "input_tokens": tokens_in[i],
-            "output_tokens": tokens_out[i],
-            "model": decision.model,
-            "n_search_results": 0,
-            "sources": [],
-        }
-        members.append(Done(output))
-    return PackAnswered(members, calls.rows)
+    return answer_pack(
+        calls,
+        model,
+        lambda: pack_claims([str(i.input["claim"]) for i in items], model),
+        lambda decision, share: Done(
+            dict(
+                claim_output(
+                    share.answers,
+                    items[share.index].options,
+                    decision,
+                    (share.input_tokens, share.output_tokens),
+                    [],
+                )
+            )
+        ),
+        cannot="cannot check these claims",
+        left_out="the packed answer left out this claim's question",
+    )
 
 
 def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -62,29 +99,16 @@ def handle_claim(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome
     What the item cost (attempts of every try, tokens, searches, latency and queue wait) is added by
     jobs/ when the result is stored (`usage`), from the `api_calls` rows.
     """
-    opts = item.options
     model = model_of(item)
     body = claim_rules.request_body(item.input["claim"], model=model, mode=cast(claim_rules.Mode, item.mode))
     try:
         decision: Decision = calls.decide(body, model)
     except StepError as exc:
         return calls.failed(exc)
-    rec = decision.record
     p = decision.answers[claim_rules.QUESTION_NAME].noul
     assert p is not None  # validated by the client
-    output: dict[str, Any] = {
-        "p": p,
-        "verdict": _verdict(p, opts),
-        "request_id": rec.request_id,
-        "request_ids": rec.request_ids,
-        "sanitized": list(rec.sanitized),
-        "input_tokens": decision.input_tokens,
-        "output_tokens": decision.output_tokens,
-        "model": decision.model,
-        "n_search_results": len(decision.search_results),
-        "sources": [
-            {"title": r.title, "url": r.url, "date": r.date, "snippet": r.snippet}
-            for r in decision.search_results
-        ],
-    }
-    return Done(output, calls.rows)
+    sources = [
+        ClaimSource(title=r.title, url=r.url, date=r.date, snippet=r.snippet) for r in decision.search_results
+    ]
+    tokens = (decision.input_tokens, decision.output_tokens)
+    return Done(dict(claim_output(p, item.options, decision, tokens, sources)), calls.rows)

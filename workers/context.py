@@ -34,9 +34,10 @@ SIMULATOR_BASE = "http://simulator.invalid"
 SIMULATOR_KEY = "simulator-key"
 TENANT_KEY_TTL_S = 30.0
 # How long a worker trusts that an unlimited scope is not blocked by a 429 (`UnlimitedScopes`): another
-# process's block reaches it within this time. At 0.05 s the reads were still a third of the calls at
-# 100 claims/s; an upstream configured as unlimited seldom answers 429, and a call sent into a block it
-# had not seen yet is answered 429 and retried after the block like any other.
+# process's block reaches it within this time. Long enough that the reads are a small part of the calls at
+# full speed (docs/profiles/README.md, "Unlimited scopes"); an upstream configured as unlimited seldom
+# answers 429, and a call sent into a block it had not seen yet is answered 429 and retried after the block
+# like any other.
 UNLIMITED_CHECK_S = 0.25
 
 _lock = threading.Lock()
@@ -126,7 +127,7 @@ class UnlimitedScopes:
     most every `max_age_s` per scope instead of once per call.
 
     Such a scope books no slots, so the limiter's script only told whether upstream had blocked it: a Redis
-    round trip per call (4 % of a worker's CPU at the ceiling, bench/ceiling.py). Here the scope's
+    round trip per call, for an answer that almost never changes. Here the scope's
     blocked-until is read with Redis' clock and trusted for `max_age_s` by this process's monotonic clock; a
     block this process sets is seen at once (`forget`), another process's within `max_age_s`. A scope found
     blocked is not cleared: the caller goes through `acquire`, which waits out the block.

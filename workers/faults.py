@@ -46,6 +46,12 @@ def service_of(exc: BaseException) -> str:
     return "an internal service"
 
 
+def fault_line(exc: BaseException) -> str:
+    """`the database unreachable (OperationalError)`: what a worker's warning says of an infrastructure
+    fault; the driver's text (hosts, ports) is left out."""
+    return f"{service_of(exc)} unreachable ({type(exc).__name__})"
+
+
 def describe(exc: BaseException) -> str:
     """A tenant-safe line for an infrastructure fault: which kind of service, never where it lives."""
     service = service_of(exc)

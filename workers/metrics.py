@@ -10,6 +10,7 @@ import contracts in pyproject.toml keep it that way).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,25 +70,23 @@ class EndpointWaits:
 def read_limiter_metrics(store: redis_lib.Redis) -> dict[str, EndpointWaits]:
     """Per endpoint: acquisitions, seconds waited, bucket counts, timeouts, 429 blocks, wire-gate holds."""
     raw: dict[bytes | str, bytes | str] = store.hgetall(METRICS_KEY)
-    by_endpoint: dict[str, EndpointWaits] = {}
-    bounds = {f"{b:g}": b for b in WAIT_BUCKETS}
+    fields: dict[str, dict[str, str]] = {}  # endpoint -> its fields ("{endpoint}|{what}" in the hash)
     for key_raw, value_raw in raw.items():
         key = key_raw.decode() if isinstance(key_raw, bytes) else key_raw
         value = value_raw.decode() if isinstance(value_raw, bytes) else value_raw
         endpoint, _, what = key.partition("|")
-        entry = by_endpoint.setdefault(endpoint, EndpointWaits())
-        if what == "count":
-            entry.count = int(value)
-        elif what == "sum":
-            entry.sum_s = float(value)
-        elif what == "timeouts":
-            entry.timeouts = int(value)
-        elif what == "throttled":
-            entry.throttled = int(value)
-        elif what == "wire_held":
-            entry.wire_held = int(value)
-        elif what == "wire_held_sum":
-            entry.wire_held_s = float(value)
-        elif what.startswith("le|") and what[3:] in bounds:
-            entry.buckets[bounds[what[3:]]] = int(value)
-    return by_endpoint
+        fields.setdefault(endpoint, {})[what] = value
+    return {endpoint: _waits(of) for endpoint, of in fields.items()}
+
+
+def _waits(of: Mapping[str, str]) -> EndpointWaits:
+    """One endpoint's figures from its fields; a field not written yet counts 0."""
+    return EndpointWaits(
+        count=int(of.get("count", 0)),
+        sum_s=float(of.get("sum", 0.0)),
+        timeouts=int(of.get("timeouts", 0)),
+        throttled=int(of.get("throttled", 0)),
+        wire_held=int(of.get("wire_held", 0)),
+        wire_held_s=float(of.get("wire_held_sum", 0.0)),
+        buckets={bound: int(of[f"le|{bound:g}"]) for bound in WAIT_BUCKETS if f"le|{bound:g}" in of},
+    )

@@ -1,16 +1,22 @@
-"""What an item handler decided; the task applies it through jobs/ in one transaction."""
+"""What an item handler decided; the task applies it through jobs/ in one transaction.
+
+An item's output is open here: its kind gives it its shape (the stage records of checks/*_contracts.py, a
+claim's `workers/claims.py:ClaimOutput`) and jobs/ reads it back by that shape, so an outcome only carries it
+to the item's JSON column. `object`, not `Any`: nothing in between may read a key without saying what it
+expects.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from checks.contracts import StageRecord
 from jobs.records import CallRow
 
 
 @dataclass(frozen=True)
 class Done:
-    output: dict[str, Any]
+    output: dict[str, object]
     calls: list[CallRow] = field(default_factory=list)
 
 
@@ -18,7 +24,13 @@ class Done:
 class Failed:
     error: str
     calls: list[CallRow] = field(default_factory=list)
-    output: dict[str, Any] | None = None
+    output: dict[str, object] | None = None
+
+
+def failed_with(error: str, calls: list[CallRow], record: StageRecord) -> Failed:
+    """A failure that keeps what its stage had recorded so far, with the `error` added to it (the report
+    shows both)."""
+    return Failed(error, calls, record.model_copy(update={"error": error}).dump())
 
 
 @dataclass(frozen=True)

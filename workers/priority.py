@@ -1,17 +1,15 @@
 """A server-mode worker process lowers its own CPU priority (`FACTGATE_WORKER_NICE`, default 3).
 
 Why: the workers are batch work that takes every core it is given, and on a host they share with the web
-process and Postgres they took them from requests a person is waiting on. At the ceiling (bench/ceiling.py:
-two workers, web, beat, Postgres and the simulator on two cores) a status poll of the running job took p50
-18–23 ms and p99 61–91 ms at nice 0, almost all of it waiting for a core (a poll is ~1.2 ms of CPU); at nice
-3 and 5 the same runs gave p50 12–15 ms and p99 24–63 ms at the same claims/s. Nice only orders who runs
-first when the cores are contended, so a worker on a host of its own, or on an idle one, loses nothing. The
-cost shows where something else at normal priority keeps every core busy: bench/at_limit.py with two CPU
-hogs held 0.977 / 0.981 of the upstream's limit at nice 0, 0.973 / 0.976 at 3 and 0.971 / 0.976 at 5 (the
-worker's sends wake a little later behind the hogs), so the default is the smaller step.
+process and Postgres they took them from requests a person is waiting on: a status poll of a running job
+spends most of its time waiting for a core, not computing. Nice only orders who runs first when the cores
+are contended, so a worker on a host of its own, or on an idle one, loses nothing. The cost shows where
+something else at normal priority keeps every core busy: the worker's sends wake a little later behind it
+and the share of the upstream's limit it holds drops a little, so the default is the smaller step. The
+weight is what orders the cores; a scheduling policy alone (SCHED_BATCH: the same weight, no wake-up
+preemption) does not. The figures at nice 0, 3 and 5: docs/profiles/README.md, "Worker priority".
 
-A scheduling policy (SCHED_BATCH: the same weight, no wake-up preemption) did not move the poll at all: the
-weight does. Raising one's own nice needs no privilege (lowering it would). On Linux niceness belongs to each
+Raising one's own nice needs no privilege (lowering it would). On Linux niceness belongs to each
 thread and new threads inherit it, so it is set in the worker's main thread at `worker_init`, before Celery
 starts its pool, consumer, dispatcher and heartbeat threads. Embedded mode runs the worker inside the
 user's own command (the CLI), whose priority is the user's business: it is left alone.

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
 
 import pydantic
 from celery import Celery, chord
@@ -37,6 +38,29 @@ class PublishingConfig:
     queue: Annotated[str, pydantic.Field(min_length=1)] = DEFAULT_QUEUE
 
 
+class PublishOptions(TypedDict):
+    """How every `run_item` message is published (kombu's `Producer.publish` keywords)."""
+
+    exchange: str
+    routing_key: str
+    serializer: str
+    delivery_mode: int
+    retry: bool
+    reply_to: str
+
+
+@dataclass(frozen=True)
+class ItemTemplate:
+    """What every `run_item` message shares, made once by Celery's own message builder.
+
+    `headers` and `embed` (the body's third part: callbacks, errbacks, chain, chord) are Celery's protocol
+    2, which we copy into each message and never read, so they stay open mappings here."""
+
+    headers: Mapping[str, object]
+    embed: Mapping[str, object]
+    options: PublishOptions
+
+
 class Publisher:
     """Builds and sends the leader's messages on `app`'s broker."""
 
@@ -48,7 +72,7 @@ class Publisher:
         # results need not be stored (`ignore_result`); the in-memory backend of embedded mode joins a
         # chord by reading each stored result, so there they must be.
         self.closes_windows = isinstance(app.backend, RedisBackend)
-        self._template: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        self._template: ItemTemplate | None = None
 
     def send_windows(self, windows: Sequence[tuple[uuid.UUID, list[Ready]]], send: Send) -> None:
         """Every window through `send`, in one producer batch: on Redis all their messages go out in one
@@ -76,7 +100,7 @@ class Publisher:
         for r in window:
             self.publish_item(producer, r.id, term)
 
-    def _item_template(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def _item_template(self) -> ItemTemplate:
         """Headers, body extras and publish options of a `run_item` message, made once by Celery's own
         message builder (so they follow its protocol) and copied for every item."""
         if self._template is None:
@@ -88,31 +112,36 @@ class Publisher:
             # Straight to the queue (the anonymous exchange, as `send_task` routes a direct queue): through
             # the named exchange kombu's Redis channel looks its bindings up with an SMEMBERS per message,
             # outside the batch. Nothing to declare: a Redis list needs none, and the workers bind theirs.
-            options = {
-                "exchange": "",
-                "routing_key": queue.name,
-                "serializer": self.app.conf.task_serializer,
-                "delivery_mode": queue.exchange.delivery_mode or 2,
-                "retry": False,  # a failed batch is undone whole by the caller
-                "reply_to": properties.get("reply_to") or "",
-            }
-            self._template = (headers, body[2], options)
+            options = PublishOptions(
+                exchange="",
+                routing_key=queue.name,
+                serializer=self.app.conf.task_serializer,
+                delivery_mode=queue.exchange.delivery_mode or 2,
+                retry=False,  # a failed batch is undone whole by the caller
+                reply_to=properties.get("reply_to") or "",
+            )
+            self._template = ItemTemplate(headers=headers, embed=body[2], options=options)
         return self._template
 
     def publish_item(self, producer: Any, item_id: int, term: int) -> None:
         """Publish one `run_item(item_id, epoch=term)` message into the tick's batch."""
-        headers, embed, options = self._item_template()
+        template = self._item_template()
         task_id = str(uuid.uuid4())
         args = (item_id,)
         kwargs = {"epoch": term}  # the reign's term: a worker refuses an older one
         message_headers = {
-            **headers,
+            **template.headers,
             "id": task_id,
             "root_id": task_id,
             "argsrepr": f"({item_id},)",
             "kwargsrepr": f"{{'epoch': {term}}}",
         }
-        producer.publish((args, kwargs, embed), headers=message_headers, correlation_id=task_id, **options)
+        producer.publish(
+            (args, kwargs, template.embed),
+            headers=message_headers,
+            correlation_id=task_id,
+            **template.options,
+        )
 
     def send_bodies(self, per_job: Mapping[uuid.UUID, list[int]]) -> None:
         """The bodies of the windows closed this tick, one `after_window` per job (its questions merged), in

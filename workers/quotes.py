@@ -8,48 +8,48 @@ the database alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from checks import quotes
-from checks.contracts import QuestionInput
-from checks.packing import pack_ranks, split_count
+from checks.packing import pack_ranks
 from checks.quote_contracts import (
     CandidateRecord,
     CompareInput,
     CompareOutput,
     QuoteQuestionOutput,
     RankOutput,
+    RawAnswers,
     RawResult,
     ResultInput,
     SearchFacts,
     SourceRecord,
 )
-from checks.request_bodies import DecisionsRequest
 from clients.results import Decision, SearchResponse
 from jobs.records import ClaimedItem
 from workers.context import WorkerContext
-from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
+from workers.outcomes import Done, Failed, Member, Outcome, PackOutcome, Transient, failed_with
+from workers.packed import Share, share_out
+from workers.questions import Answered, ask_question
 from workers.steps import Calls, StepError, answers_as_dicts, ask_packed, call_facts, model_of
+
+
+def _unanswered(started_at: str) -> QuoteQuestionOutput:
+    """What a question whose call did not answer keeps beside the error."""
+    return QuoteQuestionOutput(kind="quote", started_at=started_at)
 
 
 def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
     """Search once; keep every result with its quotable sentences."""
-    started = datetime.now(UTC).isoformat()
-    try:
-        body = quotes.search_request(QuestionInput.read(item.input).question)
-    except ValueError as exc:
-        return Failed(str(exc))
-    try:
-        response: SearchResponse = calls.run(lambda: calls.client.search(body))
-    except StepError as exc:
-        return calls.failed(exc, QuoteQuestionOutput(kind="quote", started_at=started).dump())
+    asked = ask_question(item, calls, quotes.search_request, calls.client.search, _unanswered)
+    if not isinstance(asked, Answered):
+        return asked
+    response: SearchResponse = asked.response
     raw = [RawResult(title=r.title, url=r.url, snippet=r.snippet, date=r.date) for r in response.results]
     search = SearchFacts(**call_facts(response.record), id=response.id, raw_results=raw)
     output = QuoteQuestionOutput(
         kind="quote",
-        started_at=started,
+        started_at=asked.started_at,
         search=search,
         request_id=search.request_id,
         request_ids=search.request_ids,
@@ -57,22 +57,32 @@ def handle_quote_question(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -
     try:
         prepared = quotes.prepare_results([r.dump() for r in raw])
     except ValueError as exc:
-        error = f"unusable search results: {exc}"
-        return Failed(error, calls.rows, output.model_copy(update={"error": error}).dump())
+        return failed_with(f"unusable search results: {exc}", calls.rows, output)
     search = search.model_copy(update={"results": [SourceRecord.of(r) for r in prepared]})
     return Done(output.model_copy(update={"search": search}).dump(), calls.rows)
 
 
-def _decide(calls: Calls, body: DecisionsRequest, model: str) -> tuple[Decision, dict[str, Any]]:
-    decision: Decision = calls.decide(body, model)
-    facts = {
+Facts = TypeVar("Facts", RankOutput, CompareOutput)
+
+
+def _facts(
+    record: type[Facts], decision: Decision, answers: RawAnswers, tokens: tuple[int, int] | None = None
+) -> Facts:
+    """A Decisions request's part of a stage's output: the call's facts, its tokens (a packed result's
+    share when `tokens` is given), the model and the raw answers, in their stored order."""
+    input_tokens, output_tokens = tokens or (decision.input_tokens, decision.output_tokens)
+    return record(
         **call_facts(decision.record),
-        "input_tokens": decision.input_tokens,
-        "output_tokens": decision.output_tokens,
-        "model": decision.model,
-        "answers": answers_as_dicts(decision),
-    }
-    return decision, facts
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        model=decision.model,
+        answers=answers,
+    )
+
+
+def _decide(calls: Calls, body: Mapping[str, object], model: str) -> tuple[Decision, RawAnswers]:
+    decision: Decision = calls.decide(body, model)
+    return decision, answers_as_dicts(decision)
 
 
 def handle_result(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -85,15 +95,14 @@ def handle_result(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcom
     except ValueError as exc:
         return Failed(str(exc))
     try:
-        decision, facts = _decide(calls, body, model)
+        decision, answers = _decide(calls, body, model)
     except StepError as exc:
         return calls.failed(exc, RankOutput(result_index=source.index).dump())
-    ranked = RankOutput(**facts, result_index=source.index)
+    ranked = _facts(RankOutput, decision, answers).model_copy(update={"result_index": source.index})
     try:
-        candidate = quotes.parse_rank_answers(source, facts["answers"], request_id=decision.record.request_id)
+        candidate = quotes.parse_rank_answers(source, answers, request_id=decision.record.request_id)
     except quotes.QuoteAnswerError as exc:
-        error = f"unusable rank answer: {exc}"
-        return Failed(error, calls.rows, ranked.model_copy(update={"error": error}).dump())
+        return failed_with(f"unusable rank answer: {exc}", calls.rows, ranked)
     done = ranked.model_copy(update={"candidate": CandidateRecord.of(candidate)})
     return Done(done.dump(), calls.rows)
 
@@ -113,32 +122,25 @@ def handle_result_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls: 
     if isinstance(asked, Failed | Transient):
         return asked
     decision = asked[0]
-    facts = call_facts(decision.record)
-    tokens_in = split_count(decision.input_tokens, len(items))
-    tokens_out = split_count(decision.output_tokens, len(items))
-    members: list[Member] = []
-    for i, (source, answers) in enumerate(
-        zip(sources, packed.answers_of(answers_as_dicts(decision)), strict=True)
-    ):
-        if answers is None:
-            members.append(AskAlone("the packed answer left out this result's questions"))
-            continue
-        ranked = RankOutput(
-            **facts,
-            input_tokens=tokens_in[i],
-            output_tokens=tokens_out[i],
-            model=decision.model,
-            answers=answers,
-            result_index=source.index,
+
+    def member(share: Share[RawAnswers]) -> Member:
+        source = sources[share.index]
+        tokens = (share.input_tokens, share.output_tokens)
+        ranked = _facts(RankOutput, decision, share.answers, tokens).model_copy(
+            update={"result_index": source.index}
         )
         try:
-            candidate = quotes.parse_rank_answers(source, answers, request_id=decision.record.request_id)
+            candidate = quotes.parse_rank_answers(
+                source, share.answers, request_id=decision.record.request_id
+            )
         except quotes.QuoteAnswerError as exc:
-            error = f"unusable rank answer: {exc}"
-            members.append(Failed(error, [], ranked.model_copy(update={"error": error}).dump()))
-            continue
-        members.append(Done(ranked.model_copy(update={"candidate": CandidateRecord.of(candidate)}).dump()))
-    return PackAnswered(members, calls.rows)
+            return failed_with(f"unusable rank answer: {exc}", [], ranked)
+        return Done(ranked.model_copy(update={"candidate": CandidateRecord.of(candidate)}).dump())
+
+    answers = packed.answers_of(answers_as_dicts(decision))
+    return share_out(
+        calls, decision, answers, member, left_out="the packed answer left out this result's questions"
+    )
 
 
 def handle_compare(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -151,13 +153,12 @@ def handle_compare(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outco
     except ValueError as exc:
         return Failed(str(exc))
     try:
-        _decision, facts = _decide(calls, body, model)
+        decision, answers = _decide(calls, body, model)
     except StepError as exc:
         return calls.failed(exc)
-    compared = CompareOutput(**facts)
+    compared = _facts(CompareOutput, decision, answers)
     try:
-        probabilities = quotes.parse_compare_answers(facts["answers"], len(candidates))
+        probabilities = quotes.parse_compare_answers(answers, len(candidates))
     except quotes.QuoteAnswerError as exc:
-        error = f"unusable compare answer: {exc}"
-        return Failed(error, calls.rows, compared.model_copy(update={"error": error}).dump())
+        return failed_with(f"unusable compare answer: {exc}", calls.rows, compared)
     return Done(compared.model_copy(update={"probabilities": list(probabilities)}).dump(), calls.rows)

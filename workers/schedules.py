@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Literal, TypedDict
 
 import pydantic
 from pydantic import NonNegativeFloat, PositiveFloat
@@ -46,6 +46,38 @@ class ScheduleRun:
 
     written: int
     remaining: Mapping[uuid.UUID, int]
+
+
+class RunningView(TypedDict):
+    """A job's `schedule` while its work waits or runs (the job object documents it: jobs/serialize.py)."""
+
+    state: Literal["running", "waiting"]
+    endpoint: str | None
+    share: float
+    rate_per_s: float
+    remaining: int
+    eta_s: float | None
+    estimated_completion_at: str | None
+    estimated_start_at: str | None
+    counts: dict[str, int]
+    updated_at: str
+
+
+class HeldView(TypedDict):
+    """A job's `schedule` while its tenant's budget holds its work: why, and when it resumes."""
+
+    state: Literal["held"]
+    held_reason: str
+    quota: str
+    resumes_at: str
+    remaining: int
+    share: float
+    rate_per_s: float
+    eta_s: None
+    estimated_completion_at: None
+    estimated_start_at: str
+    updated_at: str
+    counts: dict[str, int]
 
 
 class Schedules:
@@ -87,7 +119,7 @@ class Schedules:
         """Each live job's share of its busiest scope, the rate that gives it, and when it should end.
         `rate`: the rate the limiter grants an endpoint."""
         observed = self.job_rates()
-        views: dict[uuid.UUID, dict[str, Any]] = {}
+        views: dict[uuid.UUID, RunningView | HeldView] = {}
         # One grouped count over the live jobs' items: the job's counts as of `updated_at`, which lists and
         # pages show instead of counting every item on every request (jobs/progress.py:shared_counts).
         with self.ctx.sessions() as session:
@@ -98,10 +130,7 @@ class Schedules:
             shared = counts[job.id].as_dict()
             hold = holds.get(job.tenant_id)
             if hold is not None:
-                views[job.id] = {
-                    **_held_view(hold, remaining.get(job.id, 0), stamp.isoformat()),
-                    "counts": shared,
-                }
+                views[job.id] = _held_view(hold, remaining.get(job.id, 0), stamp.isoformat(), shared)
                 continue
             key = str(job.id)
             share = 0.0
@@ -121,40 +150,39 @@ class Schedules:
             job_rate = max(observed.get(job.id, 0.0), share * scope_rate)
             left = remaining.get(job.id, 0)
             eta = left / job_rate if job_rate > 0 else None
-            views[job.id] = {
-                "state": "running" if job.status == "in_progress" else "waiting",
-                "endpoint": endpoint_used,
-                "share": round(share, 4),
-                "rate_per_s": round(job_rate, 3),
-                "remaining": left,
-                "eta_s": None if eta is None else round(eta, 1),
-                "estimated_completion_at": None
-                if eta is None
-                else (stamp + timedelta(seconds=eta)).isoformat(),
-                "estimated_start_at": None
+            views[job.id] = RunningView(
+                state="running" if job.status == "in_progress" else "waiting",
+                endpoint=endpoint_used,
+                share=round(share, 4),
+                rate_per_s=round(job_rate, 3),
+                remaining=left,
+                eta_s=None if eta is None else round(eta, 1),
+                estimated_completion_at=None if eta is None else (stamp + timedelta(seconds=eta)).isoformat(),
+                estimated_start_at=None
                 if start_in is None
                 else (stamp + timedelta(seconds=start_in)).isoformat(),
-                "counts": shared,
-                "updated_at": stamp.isoformat(),
-            }
+                counts=shared,
+                updated_at=stamp.isoformat(),
+            )
         with session_scope(self.ctx.sessions) as session:
             scheduling.store_schedules(session, views)
         self.at = now
         return ScheduleRun(written=len(views), remaining=remaining)
 
 
-def _held_view(hold: Hold, remaining: int, stamp: str) -> dict[str, Any]:
+def _held_view(hold: Hold, remaining: int, stamp: str, counts: dict[str, int]) -> HeldView:
     """A held job's view: why it waits and when it resumes."""
-    return {
-        "state": "held",
-        "held_reason": hold.reason,
-        "quota": hold.quota,
-        "resumes_at": hold.resumes_at.isoformat(),
-        "remaining": remaining,
-        "share": 0.0,
-        "rate_per_s": 0.0,
-        "eta_s": None,
-        "estimated_completion_at": None,
-        "estimated_start_at": hold.resumes_at.isoformat(),
-        "updated_at": stamp,
-    }
+    return HeldView(
+        state="held",
+        held_reason=hold.reason,
+        quota=hold.quota,
+        resumes_at=hold.resumes_at.isoformat(),
+        remaining=remaining,
+        share=0.0,
+        rate_per_s=0.0,
+        eta_s=None,
+        estimated_completion_at=None,
+        estimated_start_at=hold.resumes_at.isoformat(),
+        updated_at=stamp,
+        counts=counts,
+    )

@@ -74,7 +74,8 @@ def _unbind_task_ids(task_id: str | None = None, **_: Any) -> None:
 
 # Lines logged for every item at INFO: Celery's "Task ... received" and "Task ... succeeded in ...", and
 # httpx's "HTTP Request: POST ..." for every upstream attempt — three records per item, hundreds a second
-# at full speed, about a millisecond of worker CPU per item between them. What an item did is in the
+# at full speed, each formatted and written on the item's path (docs/profiles/README.md, "Per-item
+# overhead outside our code"). What an item did is in the
 # database (its status, output and `api_calls` with their request ids); failures are still logged, and the
 # lines come back at DEBUG (where clients/perplexity.py also logs every attempt with its request id).
 PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "httpx")

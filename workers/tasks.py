@@ -35,13 +35,8 @@ from jobs.scheduling import forget_stale_dispatches, mark_started
 from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from models import session_scope
 from workers.context import WorkerContext, get_context
-from workers.faults import is_infrastructure_fault, service_of
-from workers.run import (
-    advance,
-    advance_stalled,
-    finalize_job,
-    run_item_now,
-)
+from workers.faults import fault_line, is_infrastructure_fault
+from workers.run import advance, advance_stalled, finalize_job, run_item_now
 from workers.webhooks import send_if_due
 
 log = logging.getLogger("factgate.workers")
@@ -49,12 +44,6 @@ log = logging.getLogger("factgate.workers")
 # A task sent once per event tries again this often after an infrastructure fault (TASK_BACKOFF: 2, 4, 8,
 # 16, 30, 30 s ±25 %): about a minute and a half, longer than a database restart, and still bounded.
 INFRA_TASK_RETRIES = 6
-
-
-def _fault_line(exc: BaseException) -> str:
-    """`the database unreachable (OperationalError)`: what a log line says; the driver text (hosts, ports)
-    is left out, as everywhere in the workers' warnings."""
-    return f"{service_of(exc)} unreachable ({type(exc).__name__})"
 
 
 def retry_or_give_up(task: Task[Any, Any], exc: Exception, what: str, backstop: str) -> None:
@@ -68,13 +57,13 @@ def retry_or_give_up(task: Task[Any, Any], exc: Exception, what: str, backstop: 
         raise exc
     tries = task.request.retries
     if tries >= INFRA_TASK_RETRIES:
-        log.warning("%s: %s after %d tries; giving up, %s", what, _fault_line(exc), tries + 1, backstop)
+        log.warning("%s: %s after %d tries; giving up, %s", what, fault_line(exc), tries + 1, backstop)
         return
     countdown = TASK_BACKOFF.wait_s(tries)
     log.warning(
         "%s: %s; trying again in %.0f s (retry %d of %d)",
         what,
-        _fault_line(exc),
+        fault_line(exc),
         countdown,
         tries + 1,
         INFRA_TASK_RETRIES,
@@ -158,10 +147,11 @@ def purge_job(
     transaction; returns the rows removed.
 
     Between batches it rests `purge_pause_ratio` times as long as the batch took (FACTGATE_PURGE_PAUSE_RATIO,
-    docs/architecture.md "Purge"): a million-item purge writes over a gigabyte of WAL, and back to back its
-    deletes kept one backend and the WAL busy the whole time, so a small commit of another tenant queued
-    behind them. Resting in proportion to the batch's own time bounds the purge's share whatever the
-    machine's speed; it only makes the purge longer, never holds a lock while resting."""
+    docs/architecture.md "Deleting, retention and the purge"): a large purge writes a lot of WAL, and back to
+    back its deletes would keep one backend and the WAL busy the whole time, so a small commit of another
+    tenant would queue behind them (docs/profiles/README.md, "The purge's rest"). Resting in proportion to
+    the batch's own time bounds the purge's share whatever the machine's speed; it only makes the purge
+    longer, never holds a lock while resting."""
     removed = 0
     ratio = max(0.0, ctx.settings.purge_pause_ratio)
     while True:
@@ -187,7 +177,7 @@ def purge() -> dict[str, int]:
     except Exception as exc:
         if not is_infrastructure_fault(exc):
             raise
-        log.warning("purge: %s; the next purge tries again", _fault_line(exc))
+        log.warning("purge: %s; the next purge tries again", fault_line(exc))
         return {}
     removed = 0
     for jid in [*queue.remove, *queue.expire]:
@@ -249,7 +239,7 @@ def sweep() -> dict[str, int]:
     except Exception as exc:
         if not is_infrastructure_fault(exc):
             raise
-        log.warning("sweep: %s; the next sweep tries again", _fault_line(exc))
+        log.warning("sweep: %s; the next sweep tries again", fault_line(exc))
         return {}
 
 

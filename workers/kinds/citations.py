@@ -16,14 +16,15 @@ from checks.answer_requests import CHECKABLE_QUESTION, contradicts_question, sup
 from checks.citation_contracts import CitationEntry, SentencePlan, SentenceScore
 from checks.citation_markers import cited_sentences
 from checks.citation_passages import decisions_request
-from checks.packing import AUDIT_STAGE, pack_sentences, split_count
+from checks.packing import AUDIT_STAGE, SentenceAnswers, pack_sentences
 from clients.results import Decision
 from jobs.records import ClaimedItem
 from workers.answers import handle_investigation
 from workers.context import WorkerContext
 from workers.kinds import WorkerKind, register
-from workers.outcomes import AskAlone, Done, Failed, Member, Outcome, PackAnswered, PackOutcome, Transient
-from workers.steps import Calls, StepError, ask_packed, call_facts, model_of
+from workers.outcomes import Done, Failed, Member, Outcome, PackOutcome
+from workers.packed import Share, answer_pack
+from workers.steps import Calls, StepError, call_facts, model_of
 
 
 def handle_answer(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
@@ -74,33 +75,27 @@ def handle_sentence_pack(ctx: WorkerContext, items: Sequence[ClaimedItem], calls
     probabilities stored on its own item, keyed as its own unpacked request keys them."""
     plans = [SentencePlan.read(i.input) for i in items]
     model = model_of(items[0])
-    try:
-        packed = pack_sentences(plans, model)
-    except ValueError as exc:
-        return Failed(f"cannot score these sentences: {exc}")
-    asked = ask_packed(calls, packed.body, model)
-    if isinstance(asked, Failed | Transient):
-        return asked
-    decision, answers = asked
-    facts = call_facts(decision.record)
-    tokens_in = split_count(decision.input_tokens, len(items))
-    tokens_out = split_count(decision.output_tokens, len(items))
-    members: list[Member] = []
-    for i, got in enumerate(packed.answers_of(answers)):
-        if got is None:
-            members.append(AskAlone("the packed answer left out some of this sentence's questions"))
-            continue
+
+    def member(decision: Decision, share: Share[SentenceAnswers]) -> Member:
         score = SentenceScore(
-            checkable=got.checkable,
-            supports=got.supports,
-            contradicts=got.contradicts,
-            input_tokens=tokens_in[i],
-            output_tokens=tokens_out[i],
+            checkable=share.answers.checkable,
+            supports=share.answers.supports,
+            contradicts=share.answers.contradicts,
+            input_tokens=share.input_tokens,
+            output_tokens=share.output_tokens,
             model=decision.model,
-            **facts,
+            **call_facts(decision.record),
         )
-        members.append(Done(score.dump()))
-    return PackAnswered(members, calls.rows)
+        return Done(score.dump())
+
+    return answer_pack(
+        calls,
+        model,
+        lambda: pack_sentences(plans, model),
+        member,
+        cannot="cannot score these sentences",
+        left_out="the packed answer left out some of this sentence's questions",
+    )
 
 
 def handle_rewrite(ctx: WorkerContext, item: ClaimedItem, calls: Calls) -> Outcome:
