@@ -95,6 +95,18 @@ class Tenant:
         self.stack = stack
         self.client = client
 
+    def run_citations(self, rows: list[dict[str, Any]]) -> uuid.UUID:
+        """A citations job of `rows` on the pinned model, run to completed."""
+        resp = self.client.post(
+            "/v1/jobs",
+            json={"kind": "citations", "options": {"model": PINNED}, "items": rows},
+            headers=self.headers,
+        )
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        job_id = uuid.UUID(resp.get_json()["id"])
+        assert self.stack.wait_job(job_id).status == "completed"
+        return job_id
+
     def run(self, options: dict[str, Any], claims: list[dict[str, Any]] = CLAIMS) -> uuid.UUID:
         resp = self.client.post(
             "/v1/jobs", json={"kind": "claims", "options": options, "items": claims}, headers=self.headers
@@ -325,20 +337,9 @@ def test_a_citations_rerun_says_reused_from_in_its_lines_csv_and_report(
     acme = Tenant(stack, client)
     rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()][:2]
 
-    def run() -> uuid.UUID:
-        resp = client.post(
-            "/v1/jobs",
-            json={"kind": "citations", "options": {"model": PINNED}, "items": rows},
-            headers=acme.headers,
-        )
-        assert resp.status_code == 202, resp.get_data(as_text=True)
-        job_id = uuid.UUID(resp.get_json()["id"])
-        assert stack.wait_job(job_id).status == "completed"
-        return job_id
-
-    first = run()
+    first = acme.run_citations(rows)
     assert _sent(stack, first) > 0
-    second = run()
+    second = acme.run_citations(rows)
     assert _sent(stack, second) == 0
     lines = [json.loads(x) for x in client.get(f"/v1/jobs/{second}/results", headers=acme.headers).get_data(
         as_text=True).splitlines() if x.strip() and not x.startswith('{"_end"')]  # fmt: skip
@@ -361,19 +362,8 @@ def test_a_citations_rerun_settles_its_sentences_as_they_are_created_never_dispa
     acme = Tenant(stack, client)
     rows = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()][:3]
 
-    def run() -> uuid.UUID:
-        resp = client.post(
-            "/v1/jobs",
-            json={"kind": "citations", "options": {"model": PINNED}, "items": rows},
-            headers=acme.headers,
-        )
-        assert resp.status_code == 202, resp.get_data(as_text=True)
-        job_id = uuid.UUID(resp.get_json()["id"])
-        assert stack.wait_job(job_id).status == "completed"
-        return job_id
-
-    first = run()
-    second = run()
+    first = acme.run_citations(rows)
+    second = acme.run_citations(rows)
     assert _sent(stack, second) == 0
     with Session(stack.engine) as s:
         sentences = list(
