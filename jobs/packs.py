@@ -38,7 +38,6 @@ from models import Item
 
 __all__ = [
     "MemberResult",
-    "assign_packs",
     "claim_members",
     "free_orphaned_members",
     "pack_in_order",
@@ -168,13 +167,6 @@ def free_orphaned_members(session: Session) -> int:
     query = update(Item).where(Item.pack_of.is_not(None), Item.status == "pending", ended)
     result = session.execute(query.values(pack_of=None).execution_options(synchronize_session=False))
     return int(getattr(result, "rowcount", 0) or 0)
-
-
-def assign_packs(session: Session, item_ids: Sequence[Sequence[int]]) -> None:
-    """Make packs of new items: in each group the first id is the head, the others point at it."""
-    for group in item_ids:
-        if len(group) > 1:
-            session.execute(update(Item).where(Item.id.in_(list(group[1:]))).values(pack_of=group[0]))
 
 
 # Groups of `size` of a job's top-level items of one stage, in position order, per mode; repeats (which

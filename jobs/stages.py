@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from checks import questions as question_rules
@@ -40,7 +40,7 @@ from jobs.intake import UnitSpec
 from jobs.items import record_calls, usage_of_rows
 from jobs.keyset import page_rows
 from jobs.kinds import KINDS, JobKind, Staged, StageMachine, StreamLoad, Units
-from jobs.packs import assign_packs, shares
+from jobs.packs import shares
 from jobs.records import CallRow, ClaimedItem
 from jobs.usage import usage_of_outputs
 from models import ITEM_TERMINAL_STATUSES, Item, Job, JobStatus, utcnow
@@ -211,13 +211,11 @@ def _claimed(job: Job, item: Item) -> ClaimedItem:
     )
 
 
-def _settle_answered(session: Session, job: Job, items: Sequence[Item], answered: Answered) -> None:
-    """Store a group answered from the verdict store as a first try that sent nothing: its call row once,
-    on the head, naming every member; each member done with its output and its share (as jobs/packs.py
-    settles a pack that was sent)."""
-    claimed = [_claimed(job, i) for i in items]
+def _answered_state(items: Sequence[Item], answered: Answered) -> None:
+    """Give a group answered from the verdict store the state of a first try that sent nothing: each
+    member done with its output and its share (as jobs/packs.py settles a pack that was sent). Its call
+    row is stored once the items exist (`_spawn`)."""
     packed = len(items) > 1
-    record_calls(session, claimed[0], answered.calls, pack_items=[i.id for i in items] if packed else None)
     parts = shares(usage_of_rows(answered.calls), len(items))
     now = utcnow()
     for position, (item, output, usage) in enumerate(zip(items, answered.outputs, parts, strict=True)):
@@ -228,6 +226,24 @@ def _settle_answered(session: Session, job: Job, items: Sequence[Item], answered
         item.status = "done"
         item.attempts = 1
         item.finished_at = now
+
+
+# One statement for a whole stage's new ids, so its children are inserted once, in their final state
+# (pack heads named, store answers settled) instead of inserted and then updated.
+_RESERVE_ITEM_IDS = text("SELECT nextval(pg_get_serial_sequence('items', 'id')) FROM generate_series(1, :n)")
+
+
+def _give_ids(session: Session, items: Sequence[Item]) -> bool:
+    """Number new items before they are inserted (Postgres: from the table's own sequence, in order); True
+    when they were so numbered, False when they had to be inserted to get their ids (SQLite)."""
+    if session.get_bind().dialect.name != "postgresql":
+        session.add_all(items)
+        session.flush()
+        return False
+    ids = sorted(int(i) for i in session.scalars(_RESERVE_ITEM_IDS, {"n": len(items)}))
+    for item, item_id in zip(items, ids, strict=True):
+        item.id = item_id
+    return True
 
 
 def _spawn(
@@ -260,22 +276,28 @@ def _spawn(
         )
         for u in units
     ]
-    session.add_all(items)
-    session.flush()
+    numbered = _give_ids(session, items)
     groups = [[items[n] for n in group] for group in _groups(units)]
-    assign_packs(session, [[i.id for i in group] for group in groups])
-    settled = 0
+    for group in groups:
+        for member in group[1:]:
+            member.pack_of = group[0].id  # a pack: the first is its head (jobs/packs.py)
+    answered: list[tuple[list[Item], Answered]] = []
     if answer_now is not None:
         for group in groups:
             if any(i.dedupe_key is not None for i in group):
                 continue  # a repeat's leader settles it (jobs/items.py); keep that one path
-            answered = answer_now(session, [_claimed(job, i) for i in group])
-            if answered is not None and len(answered.outputs) == len(group):
-                _settle_answered(session, job, group, answered)
-                settled += len(group)
-        if settled:
-            session.flush()
-    return items, settled == len(items)
+            answer = answer_now(session, [_claimed(job, i) for i in group])
+            if answer is not None and len(answer.outputs) == len(group):
+                _answered_state(group, answer)
+                answered.append((group, answer))
+    if numbered:
+        session.add_all(items)
+    session.flush()
+    for group, answer in answered:
+        # Its call row once, on the head, naming every member (as a pack that was sent stores it).
+        pack = [i.id for i in group] if len(group) > 1 else None
+        record_calls(session, _claimed(job, group[0]), answer.calls, pack_items=pack)
+    return items, sum(len(group) for group, _ in answered) == len(items)
 
 
 class ErrorReport(StageRecord):
@@ -376,25 +398,30 @@ def advance_question(session: Session, question_id: int, answer_now: StoreAnswer
 # --- which questions wait, and is the job ready -------------------------------------------------------
 
 
-def _child_counts(session: Session, job_id: uuid.UUID) -> dict[int, dict[str, int]]:
-    rows = session.execute(
-        select(Item.parent_id, Item.status, func.count())
-        .where(Item.job_id == job_id, Item.parent_id.is_not(None))
-        .group_by(Item.parent_id, Item.status)
+def _child_counts(
+    session: Session, job_id: uuid.UUID, among: Sequence[int] | None = None
+) -> dict[int, dict[str, int]]:
+    stmt = select(Item.parent_id, Item.status, func.count()).where(
+        Item.job_id == job_id, Item.parent_id.is_not(None)
     )
+    if among is not None:
+        stmt = stmt.where(Item.parent_id.in_(list(among)))
+    rows = session.execute(stmt.group_by(Item.parent_id, Item.status))
     counts: dict[int, dict[str, int]] = {}
     for parent_id, status, n in rows:
         counts.setdefault(int(parent_id or 0), {})[str(status)] = int(n)
     return {k: dict(sorted(v.items())) for k, v in counts.items()}
 
 
-def _question_markers(session: Session, job_id: uuid.UUID) -> Iterator[tuple[int, str, Any]]:
-    rows = session.execute(
-        select(Item.id, Item.status, Item.output["children"])
-        .where(Item.job_id == job_id, Item.parent_id.is_(None))
-        .order_by(Item.position, Item.id)
-        .execution_options(yield_per=5_000)
+def _question_markers(
+    session: Session, job_id: uuid.UUID, among: Sequence[int] | None = None
+) -> Iterator[tuple[int, str, Any]]:
+    stmt = select(Item.id, Item.status, Item.output["children"]).where(
+        Item.job_id == job_id, Item.parent_id.is_(None)
     )
+    if among is not None:
+        stmt = stmt.where(Item.id.in_(list(among)))
+    rows = session.execute(stmt.order_by(Item.position, Item.id).execution_options(yield_per=5_000))
     try:
         for item_id, status, marker in rows:
             yield int(item_id), str(status), marker
@@ -402,18 +429,21 @@ def _question_markers(session: Session, job_id: uuid.UUID) -> Iterator[tuple[int
         rows.close()
 
 
-def stalled_questions(session: Session, job_id: uuid.UUID) -> list[int]:
-    """Settled questions whose children are all settled but whose report is missing or stale.
+def stalled_questions(session: Session, job_id: uuid.UUID, among: Sequence[int] | None = None) -> list[int]:
+    """Settled questions whose children are all settled but whose report is missing or stale (of the
+    questions `among`, when given: a window's, in two reads rather than a transaction per question).
 
-    Normally a chord body advances them within moments; when Redis lost that chord (or a message), these
-    are what the sweeper and the window bodies advance instead.
+    Normally the task that settled a question's last child advances it at once; when that failed, or Redis
+    lost a message, these are what the sweeper and the window bodies advance instead.
     """
     job = session.get(Job, job_id)
     if job is None or _machine(job.kind) is None:
         return []
-    counts = _child_counts(session, job_id)
+    if among is not None and not among:
+        return []
+    counts = _child_counts(session, job_id, among)
     stalled: list[int] = []
-    for item_id, status, marker in _question_markers(session, job_id):
+    for item_id, status, marker in _question_markers(session, job_id, among):
         if status not in ITEM_TERMINAL_STATUSES:
             continue
         children = counts.get(item_id, {})

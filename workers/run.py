@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlalchemy import Connection
@@ -104,11 +105,11 @@ def advance(ctx: WorkerContext, question_id: int) -> Step | None:
         return None
 
 
-def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID) -> bool:
-    """Advance every question that waits with all its children settled (a lost chord body, a flushed
-    Redis, a retry). True when some report was built."""
+def advance_stalled(ctx: WorkerContext, job_id: uuid.UUID, among: Sequence[int] | None = None) -> bool:
+    """Advance every question (of those `among`, when given) that waits with all its children settled (a
+    lost chord body, a flushed Redis, a retry). True when some report was built."""
     with session_scope(ctx.sessions) as session:
-        waiting = stalled_questions(session, job_id)
+        waiting = stalled_questions(session, job_id, among)
     reported = False
     for question_id in waiting:
         step = advance(ctx, question_id)

@@ -36,7 +36,7 @@ from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from models import session_scope
 from workers.context import WorkerContext, get_context
 from workers.faults import fault_line, is_infrastructure_fault
-from workers.run import advance, advance_stalled, finalize_job, run_item_now
+from workers.run import advance_stalled, finalize_job, run_item_now
 from workers.webhooks import send_if_due
 
 log = logging.getLogger("factgate.workers")
@@ -200,8 +200,9 @@ def after_window(self: Task[Any, Any], job_id: str, question_ids: Sequence[int] 
     jid = uuid.UUID(job_id)
     try:
         ctx = _ctx()
-        for question_id in question_ids:
-            advance(ctx, int(question_id))  # every one: a window holds the children of several questions
+        # Those still waiting, of every question the window touched: most moved on with the task that
+        # settled their last item, and are read here, not locked and rebuilt one by one.
+        advance_stalled(ctx, jid, [int(q) for q in question_ids])
         finalize_job(ctx, jid)
     except Exception as exc:
         retry_or_give_up(self, exc, f"after_window of job {jid}", "the sweep moves its questions on")
