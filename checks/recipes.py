@@ -47,6 +47,10 @@ class StageSpec:
 
     name: str
     endpoint: str = "decisions"
+    # False: its handler sends nothing upstream (the citations answer: it only splits). The dispatcher
+    # sends such items several to a task (`stages_sending_nothing`), so a re-run of rows the verdict store
+    # answers costs a task per several rows, not per row.
+    sends: bool = True
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,16 @@ def register(recipe: Recipe) -> Recipe:
 
 def recipe_for(name: str) -> Recipe:
     return RECIPES.get(name)
+
+
+def stages_sending_nothing() -> frozenset[str]:
+    """The item stages whose handlers never call upstream, in every kind that has a stage of that name (a
+    name is shared across kinds, `question`; one kind's sending stage keeps the name out)."""
+    sends: dict[str, bool] = {}
+    for _, recipe in RECIPES.items():
+        for spec in recipe.stages:
+            sends[spec.name] = sends.get(spec.name, False) or spec.sends
+    return frozenset(name for name, sending in sends.items() if not sending)
 
 
 def kind_names() -> tuple[str, ...]:

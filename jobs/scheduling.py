@@ -51,6 +51,7 @@ class Ready:
 
     id: int
     parent_id: int | None
+    stage: str = ""  # its stage: the publisher sends a stage that calls nothing upstream several to a task
 
 
 _LIVE_SQL_PG = (
@@ -118,8 +119,8 @@ def in_flight_items(session: Executor, scope: str) -> list[tuple[int, bool]]:
 # Every job's first `cap` dispatchable items of an endpoint in one statement whatever the number of jobs: a
 # lateral read per job, each an index range of `ix_items_ready` (its condition spelled as the index's).
 _READY_SQL_PG = (
-    "SELECT j.id, i.id, i.parent_id FROM unnest(%(jobs)s::uuid[]) AS j(id) CROSS JOIN LATERAL ("  # noqa: S608
-    f"SELECT items.id, items.parent_id, items.position FROM items WHERE items.job_id = j.id "
+    "SELECT j.id, i.id, i.parent_id, i.stage FROM unnest(%(jobs)s::uuid[]) AS j(id) CROSS JOIN LATERAL ("  # noqa: S608
+    f"SELECT items.id, items.parent_id, items.stage, items.position FROM items WHERE items.job_id = j.id "
     f"AND items.endpoint = %(endpoint)s AND {READY_SQL} "
     "AND (items.not_before IS NULL OR items.not_before <= %(now)s) "
     "ORDER BY items.position, items.id LIMIT %(cap)s) AS i"
@@ -139,9 +140,9 @@ def ready_items(
     conn = driver_of(session)
     if conn is not None:
         params = {"jobs": list(job_ids), "endpoint": endpoint, "now": moment, "cap": cap}
-        for job_id, item_id, parent_id in on_driver(conn, _READY_SQL_PG, params):
+        for job_id, item_id, parent_id, stage in on_driver(conn, _READY_SQL_PG, params):
             out.setdefault(job_id, []).append(
-                Ready(int(item_id), None if parent_id is None else int(parent_id))
+                Ready(int(item_id), None if parent_id is None else int(parent_id), str(stage))
             )
         for items in out.values():
             items.sort(key=lambda r: r.id)
@@ -150,7 +151,7 @@ def ready_items(
         parts = []
         for job_id in job_ids[start : start + _JOBS_PER_STATEMENT]:
             sub = (
-                select(Item.job_id, Item.id, Item.parent_id)
+                select(Item.job_id, Item.id, Item.parent_id, Item.stage)
                 .where(
                     Item.job_id == job_id,
                     Item.endpoint == endpoint,
@@ -161,11 +162,11 @@ def ready_items(
                 .limit(cap)
                 .subquery()
             )
-            parts.append(select(sub.c.job_id, sub.c.id, sub.c.parent_id))
+            parts.append(select(sub.c.job_id, sub.c.id, sub.c.parent_id, sub.c.stage))
         statement = parts[0] if len(parts) == 1 else union_all(*parts)
-        for job_id, item_id, parent_id in sqlalchemy_side(session).execute(statement):
+        for job_id, item_id, parent_id, stage in sqlalchemy_side(session).execute(statement):
             out.setdefault(job_id, []).append(
-                Ready(int(item_id), None if parent_id is None else int(parent_id))
+                Ready(int(item_id), None if parent_id is None else int(parent_id), str(stage))
             )
     for items in out.values():
         items.sort(key=lambda r: r.id)  # a union does not keep each part's order; ids follow positions

@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from checks import questions as question_rules
 from checks.contracts import Contract, QuestionInput, StageRecord, Usage
@@ -246,21 +247,22 @@ def _give_ids(session: Session, items: Sequence[Item]) -> bool:
     return True
 
 
-def _spawn(
-    session: Session,
-    job: Job,
-    question: Item,
-    units: Sequence[UnitSpec],
-    answer_now: StoreAnswers | None = None,
-) -> tuple[list[Item], bool]:
-    """Create the next stage's children, pending and undispatched: the scheduler sends them in its fair
-    order, like any other work of the job. Their endpoint is their stage's, from the recipe.
+@dataclass
+class _Growth:
+    """One question being moved on by `advance_questions`: its job, flow and children so far."""
 
-    With `answer_now`, a group the tenant's verdict store answers whole is settled here, in the same
-    transaction, instead of being dispatched: a re-run of unchanged rows moves each question to its report
-    without a task per request. Returns the new items and whether every new child was so answered."""
+    question: Item
+    job: Job
+    flow: StageMachine
+    children: list[Item]
+    spawned: list[int] = field(default_factory=list)
+    units: list[UnitSpec] = field(default_factory=list)  # planned and not made: the report says incomplete
+
+
+def _new_children(job: Job, question: Item, units: Sequence[UnitSpec]) -> list[Item]:
+    """The next stage's children, pending and undispatched; their endpoint is their stage's."""
     recipe = recipe_for(job.kind)
-    items = [
+    return [
         Item(
             job_id=question.job_id,
             parent_id=question.id,
@@ -276,28 +278,49 @@ def _spawn(
         )
         for u in units
     ]
-    numbered = _give_ids(session, items)
-    groups = [[items[n] for n in group] for group in _groups(units)]
-    for group in groups:
-        for member in group[1:]:
-            member.pack_of = group[0].id  # a pack: the first is its head (jobs/packs.py)
-    answered: list[tuple[list[Item], Answered]] = []
-    if answer_now is not None:
+
+
+def _spawn(
+    session: Session,
+    planned: Sequence[tuple[Job, Item, Sequence[UnitSpec]]],
+    answer_now: StoreAnswers | None = None,
+) -> list[tuple[list[Item], bool]]:
+    """Create the next stage's children of each planned question, in one INSERT: the scheduler sends them
+    in its fair order, like any other work of the job.
+
+    With `answer_now`, a group the tenant's verdict store answers whole is settled here, in the same
+    transaction, instead of being dispatched: a re-run of unchanged rows moves each question to its report
+    without a task per request. Returns, per question, its new items and whether every one was so
+    answered."""
+    made = [(job, question, units, _new_children(job, question, units)) for job, question, units in planned]
+    every = [item for *_, items in made for item in items]
+    numbered = _give_ids(session, every)
+    answered: list[tuple[Job, list[Item], Answered]] = []
+    complete: list[bool] = []
+    for job, _question, units, items in made:
+        groups = [[items[n] for n in group] for group in _groups(units)]
         for group in groups:
-            if any(i.dedupe_key is not None for i in group):
-                continue  # a repeat's leader settles it (jobs/items.py); keep that one path
-            answer = answer_now(session, [_claimed(job, i) for i in group])
-            if answer is not None and len(answer.outputs) == len(group):
-                _answered_state(group, answer)
-                answered.append((group, answer))
+            for member in group[1:]:
+                member.pack_of = group[0].id  # a pack: the first is its head (jobs/packs.py)
+        settled = 0
+        if answer_now is not None:
+            for group in groups:
+                if any(i.dedupe_key is not None for i in group):
+                    continue  # a repeat's leader settles it (jobs/items.py); keep that one path
+                answer = answer_now(session, [_claimed(job, i) for i in group])
+                if answer is not None and len(answer.outputs) == len(group):
+                    _answered_state(group, answer)
+                    answered.append((job, group, answer))
+                    settled += len(group)
+        complete.append(settled == len(items))
     if numbered:
-        session.add_all(items)
+        session.add_all(every)
     session.flush()
-    for group, answer in answered:
+    for job, group, answer in answered:
         # Its call row once, on the head, naming every member (as a pack that was sent stores it).
         pack = [i.id for i in group] if len(group) > 1 else None
         record_calls(session, _claimed(job, group[0]), answer.calls, pack_items=pack)
-    return items, sum(len(group) for group, _ in answered) == len(items)
+    return [(items, whole) for (*_, items), whole in zip(made, complete, strict=True)]
 
 
 class ErrorReport(StageRecord):
@@ -346,53 +369,117 @@ def advance_question(session: Session, question_id: int, answer_now: StoreAnswer
     """Move one question on if everything it waits for is settled (see the module docstring). With
     `answer_now`, children the verdict store answers whole are settled as they are created (`_spawn`), and
     the question moves on again at once when that settled them all."""
-    question = session.scalar(
-        select(Item).where(Item.id == question_id).with_for_update().execution_options(populate_existing=True)
-    )
-    if question is None or question.parent_id is not None:
-        return Step(None, question_id)
-    job = session.get(Job, question.job_id)
-    flow = _machine(job.kind) if job is not None else None
-    if job is None or flow is None or job.status not in ADVANCING_JOB_STATUSES:
-        return Step(question.job_id, question_id)
-    if question.status not in ITEM_TERMINAL_STATUSES:
-        return Step(job.id, question_id)
-    children = list(
-        session.scalars(
+    return advance_questions(session, [question_id], answer_now)[0]
+
+
+def advance_questions(
+    session: Session, question_ids: Sequence[int], answer_now: StoreAnswers | None = None
+) -> list[Step]:
+    """`advance_question` for several questions at once, one `Step` each in the order given: they are
+    locked, read, given their children and reported in a few statements whatever their number (the
+    `run_items` of a re-run moves a dozen answers on together)."""
+    locked = {
+        q.id: q
+        for q in session.scalars(
             select(Item)
-            .where(Item.parent_id == question.id)
+            .where(Item.id.in_(list(question_ids)))
             .order_by(Item.id)
+            .with_for_update()
             .execution_options(populate_existing=True)
         )
-    )
-    spawned: list[int] = []
-    while True:
-        if any(c.status not in ITEM_TERMINAL_STATUSES for c in children):
-            return Step(job.id, question_id, spawned=spawned)
-        marker = _counts([c.status for c in children])
-        out = dict(question.output or {})
-        if "report" in out and out.get("children") == marker:
-            return Step(job.id, question_id, spawned=spawned)  # already current
-        try:
-            units = flow.plan(job, question, children)
-        except Exception:
-            log.exception("planning question %s of job %s failed", question.id, job.id)
-            units = []
-        if not units or job.status not in SPAWNING_JOB_STATUSES:
+    }
+    steps: dict[int, Step] = {}
+    growing: dict[int, _Growth] = {}
+    for question_id in question_ids:
+        question = locked.get(question_id)
+        if question is None or question.parent_id is not None:
+            steps[question_id] = Step(None, question_id)
+            continue
+        job = session.get(Job, question.job_id)
+        flow = _machine(job.kind) if job is not None else None
+        if job is None or flow is None or job.status not in ADVANCING_JOB_STATUSES:
+            steps[question_id] = Step(question.job_id, question_id)
+        elif question.status not in ITEM_TERMINAL_STATUSES:
+            steps[question_id] = Step(job.id, question_id)
+        else:
+            growing[question_id] = _Growth(question, job, flow, [])
+    if growing:
+        for child in session.scalars(
+            select(Item)
+            .where(Item.parent_id.in_(list(growing)))
+            .order_by(Item.id)
+            .execution_options(populate_existing=True)
+        ):
+            growing[int(child.parent_id or 0)].children.append(child)
+    reports: list[_Growth] = []
+    while growing:
+        planned: list[_Growth] = []
+        for question_id, g in list(growing.items()):
+            step = _next(g)
+            if step is None:
+                planned.append(g)
+                continue
+            del growing[question_id]
+            if step.reported:
+                reports.append(g)
+            else:
+                steps[question_id] = step
+        if not planned:
             break
-        new, all_answered = _spawn(session, job, question, units, answer_now)
-        spawned += [i.id for i in new]
-        if not all_answered:
-            return Step(job.id, question_id, spawned=spawned)
-        children += new  # all settled already: plan the next stage, or the report, from them
+        spawned = _spawn(session, [(g.job, g.question, g.units) for g in planned], answer_now)
+        for g, (new, all_answered) in zip(planned, spawned, strict=True):
+            g.spawned += [i.id for i in new]
+            g.units = []
+            if all_answered:
+                g.children += new  # all settled already: plan the next stage, or the report, from them
+            else:
+                del growing[g.question.id]
+                steps[g.question.id] = Step(g.job.id, g.question.id, spawned=g.spawned)
+    outputs: list[dict[str, Any]] = []
+    for g in reports:
+        out = _reported(g)
+        outputs.append({"id": g.question.id, "output": out})
+        set_committed_value(g.question, "output", out)  # as stored, without writing it twice
+        steps[g.question.id] = Step(g.job.id, g.question.id, spawned=g.spawned, reported=True)
+    if outputs:
+        session.execute(update(Item), outputs)  # by primary key: one statement for every report
+    return [steps[question_id] for question_id in question_ids]
+
+
+def _next(g: _Growth) -> Step | None:
+    """What a settled question does next: wait for its children (a `Step`), nothing (its report is
+    current), be reported (a `Step` with `reported`; `g.units` holds what was planned and not made), or
+    grow: None, with the units to create in `g.units`."""
+    question, job = g.question, g.job
+    if any(c.status not in ITEM_TERMINAL_STATUSES for c in g.children):
+        return Step(job.id, question.id, spawned=g.spawned)
+    out = question.output or {}
+    if "report" in out and out.get("children") == _counts([c.status for c in g.children]):
+        return Step(job.id, question.id, spawned=g.spawned)  # already current
+    try:
+        g.units = list(g.flow.plan(job, question, g.children))
+    except Exception:
+        log.exception("planning question %s of job %s failed", question.id, job.id)
+        g.units = []
+    if not g.units or job.status not in SPAWNING_JOB_STATUSES:
+        return Step(job.id, question.id, spawned=g.spawned, reported=True)
+    return None
+
+
+def _reported(g: _Growth) -> dict[str, Any]:
+    """The question's output with its report, built from its children as they stand."""
+    question, job, children = g.question, g.job, g.children
     # Cancelled mid-way: work that was planned, or children skipped by the cancel, is missing.
     stopped = job.status == JobStatus.CANCELLING and any(c.status == "skipped" for c in children)
-    stored = stored_report(flow, job, question, children, incomplete=bool(units) or stopped)
+    stored = stored_report(g.flow, job, question, children, incomplete=bool(g.units) or stopped)
+    out = dict(question.output or {})
     out.update(
-        report=stored, report_status=stored.get("status"), summary=stored.get("summary"), children=marker
+        report=stored,
+        report_status=stored.get("status"),
+        summary=stored.get("summary"),
+        children=_counts([c.status for c in children]),
     )
-    session.execute(update(Item).where(Item.id == question.id).values(output=out))
-    return Step(job.id, question_id, spawned=spawned, reported=True)
+    return out
 
 
 # --- which questions wait, and is the job ready -------------------------------------------------------

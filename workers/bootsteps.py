@@ -30,16 +30,19 @@ from workers.webhooks import start_senders, stop_senders
 log = logging.getLogger("factgate.workers")
 
 ITEM_TASK = "factgate.run_item"
-_waiting: dict[str, int] = {}  # task id -> item id: received by this process, not started yet
+ITEMS_TASK = "factgate.run_items"  # several items, of a stage that calls nothing upstream
+_waiting: dict[str, list[int]] = {}  # task id -> its items: received by this process, not started yet
 _waiting_lock = threading.Lock()
 
 
 @signals.task_received.connect
 def _note_received(request: Any = None, **_: Any) -> None:
-    if request is None or getattr(request, "name", None) != ITEM_TASK or not request.args:
+    name = getattr(request, "name", None) if request is not None else None
+    if request is None or name not in (ITEM_TASK, ITEMS_TASK) or not request.args:
         return
+    first = request.args[0]
     with _waiting_lock:
-        _waiting[request.id] = int(request.args[0])
+        _waiting[request.id] = [int(i) for i in first] if name == ITEMS_TASK else [int(first)]
 
 
 @signals.task_prerun.connect
@@ -52,7 +55,7 @@ def _note_started(task_id: str | None = None, **_: Any) -> None:
 def waiting_items() -> list[int]:
     """Items whose message this process received and whose task has not started."""
     with _waiting_lock:
-        return sorted(set(_waiting.values()))
+        return sorted({i for ids in _waiting.values() for i in ids})
 
 
 @signals.worker_ready.connect
@@ -103,7 +106,7 @@ def _give_back_waiting(sender: Any = None, **_: Any) -> None:
     dropped dispatchable again. Only items still pending and dispatched change; if the database is away,
     their dispatch goes stale as before."""
     with _waiting_lock:
-        ids = sorted(set(_waiting.values()))
+        ids = sorted({i for items in _waiting.values() for i in items})
         _waiting.clear()
     if not ids or sender is None:
         return

@@ -22,6 +22,7 @@ import pydantic
 from celery import Celery, chord
 from celery.backends.redis import RedisBackend
 
+from checks.recipes import stages_sending_nothing
 from jobs.scheduling import Ready
 from workers.api import DEFAULT_QUEUE
 
@@ -36,6 +37,10 @@ class PublishingConfig:
     """The queue `run_item` messages go to."""
 
     queue: Annotated[str, pydantic.Field(min_length=1)] = DEFAULT_QUEUE
+    # Items of a stage that calls nothing upstream (checks/recipes.py:`stages_sending_nothing`) go out this
+    # many to a `run_items` message: each is milliseconds of work, and on a re-run the verdict store answers
+    # its whole row, so a message, a claim transaction and a finalize per row would be most of the cost.
+    batch_sending_nothing: Annotated[int, pydantic.Field(ge=1, le=100)] = 16
 
 
 class PublishOptions(TypedDict):
@@ -72,7 +77,7 @@ class Publisher:
         # results need not be stored (`ignore_result`); the in-memory backend of embedded mode joins a
         # chord by reading each stored result, so there they must be.
         self.closes_windows = isinstance(app.backend, RedisBackend)
-        self._template: ItemTemplate | None = None
+        self._templates: dict[str, ItemTemplate] = {}
 
     def send_windows(self, windows: Sequence[tuple[uuid.UUID, list[Ready]]], send: Send) -> None:
         """Every window through `send`, in one producer batch: on Redis all their messages go out in one
@@ -97,16 +102,23 @@ class Publisher:
                 ]
             )(body)
             return
+        quiet = stages_sending_nothing()
+        together = [r.id for r in window if r.stage in quiet]
         for r in window:
-            self.publish_item(producer, r.id, term)
+            if r.stage not in quiet:
+                self.publish_item(producer, r.id, term)
+        size = self.config.batch_sending_nothing
+        for start in range(0, len(together), size):
+            self.publish_items(producer, together[start : start + size], term)
 
-    def _item_template(self) -> ItemTemplate:
-        """Headers, body extras and publish options of a `run_item` message, made once by Celery's own
-        message builder (so they follow its protocol) and copied for every item."""
-        if self._template is None:
+    def _item_template(self, task: str = "factgate.run_item") -> ItemTemplate:
+        """Headers, body extras and publish options of a `run_item` (or `run_items`) message, made once by
+        Celery's own message builder (so they follow its protocol) and copied for every item."""
+        template = self._templates.get(task)
+        if template is None:
             queue = self.app.amqp.queues[self.config.queue]
             headers, properties, body, _event = self.app.amqp.as_task_v2(
-                "template", "factgate.run_item", args=(0,), kwargs={}, ignore_result=True,
+                "template", task, args=(0,), kwargs={}, ignore_result=True,
                 origin=self.app.conf.get("origin") or None,
             )  # fmt: skip
             # Straight to the queue (the anonymous exchange, as `send_task` routes a direct queue): through
@@ -120,20 +132,27 @@ class Publisher:
                 retry=False,  # a failed batch is undone whole by the caller
                 reply_to=properties.get("reply_to") or "",
             )
-            self._template = ItemTemplate(headers=headers, embed=body[2], options=options)
-        return self._template
+            template = self._templates[task] = ItemTemplate(headers=headers, embed=body[2], options=options)
+        return template
 
     def publish_item(self, producer: Any, item_id: int, term: int) -> None:
         """Publish one `run_item(item_id, epoch=term)` message into the tick's batch."""
-        template = self._item_template()
+        self._publish(producer, "factgate.run_item", item_id, term)
+
+    def publish_items(self, producer: Any, item_ids: list[int], term: int) -> None:
+        """One `run_items(item_ids, epoch=term)` message: items whose stage calls nothing upstream."""
+        self._publish(producer, "factgate.run_items", item_ids, term)
+
+    def _publish(self, producer: Any, task: str, first: int | list[int], term: int) -> None:
+        template = self._item_template(task)
         task_id = str(uuid.uuid4())
-        args = (item_id,)
+        args = (first,)
         kwargs = {"epoch": term}  # the reign's term: a worker refuses an older one
         message_headers = {
             **template.headers,
             "id": task_id,
             "root_id": task_id,
-            "argsrepr": f"({item_id},)",
+            "argsrepr": f"({first!r},)",
             "kwargsrepr": f"{{'epoch': {term}}}",
         }
         producer.publish(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from contextlib import ExitStack
 from datetime import timedelta
 
 from sqlalchemy import Connection
@@ -35,7 +36,7 @@ from jobs.items import (
     try_claim,
 )
 from jobs.records import ClaimedItem
-from jobs.stages import Step, advance_question, stalled_questions
+from jobs.stages import Step, advance_question, advance_questions, stalled_questions
 from jobs.webhooks import created_in
 from models import session_scope, utcnow
 from workers.context import WorkerContext
@@ -92,6 +93,19 @@ def _advance_nested(ctx: WorkerContext, session: Session, question_id: int) -> S
         return None
 
 
+def _advance_together(ctx: WorkerContext, session: Session, question_ids: Sequence[int]) -> list[Step]:
+    """`_advance_nested` for several questions in one savepoint; if that fails, each in its own, so one
+    question the database refuses leaves the others moved on."""
+    if not question_ids:
+        return []
+    try:
+        with session.begin_nested():
+            return advance_questions(session, question_ids, store_answers(ctx))
+    except SQLAlchemyError:
+        log.warning("advancing %d questions together failed; one by one", len(question_ids), exc_info=True)
+    return [step for q in question_ids if (step := _advance_nested(ctx, session, q)) is not None]
+
+
 def advance(ctx: WorkerContext, question_id: int) -> Step | None:
     """Move one question on; a database error is logged and left to the sweeper, except an unreachable
     database, which is raised: the task around this retries (or the sweep tries again) as a whole."""
@@ -130,6 +144,13 @@ def execute(ctx: WorkerContext, item: ClaimedItem) -> Outcome:
 
 def _apply(ctx: WorkerContext, session: Session, item: ClaimedItem, outcome: Outcome) -> Step | None:
     """Store an outcome in the caller's transaction; the question moves on with it when it settles."""
+    if _store(session, item, outcome) and advances_on_settle(item.stage):
+        return _advance_nested(ctx, session, item.id)
+    return None
+
+
+def _store(session: Session, item: ClaimedItem, outcome: Outcome) -> bool:
+    """Store an outcome in the caller's transaction; True when the item settled."""
     settled = False
     if isinstance(outcome, Done):
         settled = finish_item(session, item, outcome.output, outcome.calls)
@@ -142,9 +163,7 @@ def _apply(ctx: WorkerContext, session: Session, item: ClaimedItem, outcome: Out
         # apart.
         wait = outcome.retry_in_s if outcome.retry_in_s is not None else ITEM_BACKOFF.wait_s(item.token - 1)
         release_item(session, item, outcome.error, outcome.calls, retry_at=utcnow() + timedelta(seconds=wait))
-    if settled and advances_on_settle(item.stage):
-        return _advance_nested(ctx, session, item.id)
-    return None
+    return settled
 
 
 def _at_once(ctx: WorkerContext, item: ClaimedItem, outcome: Outcome) -> bool:
@@ -213,45 +232,99 @@ def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
         log.exception("advancing question %s failed; the sweeper will retry", spent.id)
 
 
-def run_item_now(ctx: WorkerContext, item_id: int, epoch: int | None) -> None:
-    """Claim, run and settle one item (the `run_item` task's body)."""
+def _claim(ctx: WorkerContext, item_id: int, epoch: int | None) -> ClaimedItem | Exhausted | None:
+    """The item, claimed for this worker (or out of tries); None when a message of an older reign asked,
+    the item is not pending (done, running elsewhere, skipped: a duplicate delivery is a no-op), or the
+    database is unreachable: nothing was claimed, the item stays dispatched and the sweeper sends it again
+    when that goes stale."""
     lease_s, max_tries = ctx.settings.lease_s, ctx.settings.max_item_attempts
-    claim: ClaimedItem | Exhausted | None
     try:
         if refuse_stale_dispatch(ctx, item_id, epoch):
-            return
+            return None
         # The common case is one UPDATE on its own; when it misses, the other rules (cancelled, out of
         # tries, not pending) apply in a transaction.
         with statement_scope(ctx.engine) as conn:
             claim = try_claim(conn, item_id, lease_s, max_tries)
         if claim is None:
             with session_scope(ctx.sessions) as session:
-                claim = claim_item(session, item_id, lease_s, max_tries)
+                return claim_item(session, item_id, lease_s, max_tries)
+        return claim
     except Exception as exc:
         if not is_infrastructure_fault(exc):
             raise
-        # Nothing was claimed; the item stays dispatched and the sweeper sends it again when that goes stale.
         log.warning("could not claim item %s: infrastructure fault", item_id, exc_info=True)
-        return
-    if claim is None:
-        return  # already done, running elsewhere, or skipped: a duplicate delivery is a no-op
+        return None
+
+
+def _finalize_after(ctx: WorkerContext, job_id: uuid.UUID) -> None:
+    try:
+        finalize_job(ctx, job_id)
+    except Exception as exc:
+        if not is_infrastructure_fault(exc):
+            raise
+        # The outcomes are stored; only the finalize after them is missing, and the sweep does it.
+        log.warning("job %s: could not finalize: %s; the sweep will", job_id, _fault_line(exc))
+
+
+def run_item_now(ctx: WorkerContext, item_id: int, epoch: int | None) -> None:
+    """Claim, run and settle one item (the `run_item` task's body)."""
+    claim = _claim(ctx, item_id, epoch)
     if isinstance(claim, Exhausted):
         _after_exhausted(ctx, claim)
-        return
+    elif claim is not None:
+        _run_claimed(ctx, claim)
+
+
+def _run_claimed(ctx: WorkerContext, claim: ClaimedItem) -> None:
     bind(job_id=claim.job_id)  # every log line of this item carries its job (signals unbind it)
     if packs_of(claim) and _ran_as_pack(ctx, claim):
         return
     with ctx.leases.hold(claim.id, claim.token):
         outcome = execute(ctx, claim)
         step = settle(ctx, claim, outcome)
-    if step is not None:
-        try:
-            _follow(ctx, step)
-        except Exception as exc:
-            if not is_infrastructure_fault(exc):
-                raise
-            # The item's outcome is stored; only the finalize after it is missing, and the sweep does it.
-            log.warning("job %s: could not finalize: %s; the sweep will", step.job_id, _fault_line(exc))
+    if step is not None and step.reported and step.job_id is not None:
+        _finalize_after(ctx, step.job_id)
+
+
+def _settle_together(ctx: WorkerContext, done: Sequence[tuple[ClaimedItem, Outcome]]) -> list[Step]:
+    """Every outcome in one transaction (each question moving on in a savepoint of its own, as `settle`
+    does it); when that transaction fails, each on its own through `settle`, which rides out a short
+    outage and fails an item whose outcome the database refuses."""
+    try:
+        with session_scope(ctx.sessions) as session:
+            moving = [
+                item.id
+                for item, outcome in done
+                if _store(session, item, outcome) and advances_on_settle(item.stage)
+            ]
+            return _advance_together(ctx, session, moving)
+    except Exception:
+        log.warning("storing %d outcomes together failed; storing each on its own", len(done), exc_info=True)
+    return [step for item, outcome in done if (step := settle(ctx, item, outcome)) is not None]
+
+
+def run_items_now(ctx: WorkerContext, item_ids: Sequence[int], epoch: int | None) -> None:
+    """Claim, run and settle several items of a stage that calls nothing upstream (the `run_items` task's
+    body): each claimed and run as `run_item_now` would, their outcomes stored together, and each job they
+    finished finalized once. An item that packs, or is out of tries, takes its own path."""
+    claims: list[ClaimedItem] = []
+    for item_id in item_ids:
+        claim = _claim(ctx, item_id, epoch)
+        if isinstance(claim, Exhausted):
+            _after_exhausted(ctx, claim)
+        elif claim is not None and packs_of(claim):
+            _run_claimed(ctx, claim)
+        elif claim is not None:
+            claims.append(claim)
+    if not claims:
+        return
+    bind(job_id=claims[0].job_id)
+    with ExitStack() as held:
+        for claim in claims:
+            held.enter_context(ctx.leases.hold(claim.id, claim.token))
+        steps = _settle_together(ctx, [(claim, execute(ctx, claim)) for claim in claims])
+    for job_id in sorted({s.job_id for s in steps if s.reported and s.job_id is not None}, key=str):
+        _finalize_after(ctx, job_id)
 
 
 def _ran_as_pack(ctx: WorkerContext, head: ClaimedItem) -> bool:

@@ -30,6 +30,7 @@ log = logging.getLogger("factgate.workers")
 
 JOB_TASKS = ("factgate.start_job", "factgate.after_window")
 ITEM_TASKS = ("factgate.run_item",)
+ITEMS_TASK = "factgate.run_items"
 
 _tokens: dict[str, contextvars.Token[Mapping[str, str]]] = {}
 _tokens_lock = threading.Lock()
@@ -45,6 +46,8 @@ def task_log_fields(task_name: str, args: Any) -> dict[str, object]:
         return {}
     if task_name in ITEM_TASKS:
         return {"item_id": first}
+    if task_name == ITEMS_TASK:
+        return {"item_ids": first}
     if task_name in JOB_TASKS:
         return {"job_id": first}
     return {}

@@ -36,7 +36,7 @@ from jobs.sweeper import expire_leases, live_job_ids, stale_validating
 from models import session_scope
 from workers.context import WorkerContext, get_context
 from workers.faults import fault_line, is_infrastructure_fault
-from workers.run import advance_stalled, finalize_job, run_item_now
+from workers.run import advance_stalled, finalize_job, run_item_now, run_items_now
 from workers.webhooks import send_if_due
 
 log = logging.getLogger("factgate.workers")
@@ -224,6 +224,14 @@ def run_item(item_id: int, epoch: int | None = None, window: Any = None) -> None
     before which it is not sent again; the dispatcher sends it when that time has passed.
     """
     run_item_now(_ctx(), item_id, epoch)
+
+
+@shared_task(name="factgate.run_items")
+def run_items(item_ids: list[int], epoch: int | None = None) -> None:
+    """Run several items whose stage calls nothing upstream (the citations answer), sent together by the
+    leader (workers/publishing.py): each as `run_item` would, their outcomes stored in one transaction.
+    Never raises: every failure is recorded on its item."""
+    run_items_now(_ctx(), [int(i) for i in item_ids], epoch)
 
 
 @shared_task(name="factgate.sweep", ignore_result=True)

@@ -419,7 +419,7 @@ RECIPE = register(
         title="Citation check",
         order=4,
         stages=(
-            StageSpec(ENTRY_STAGE, "decisions"),
+            StageSpec(ENTRY_STAGE, "decisions", sends=False),  # it splits; the sentences send
             StageSpec(SENTENCE_STAGE, "decisions"),
             StageSpec(REWRITE_STAGE, "agent"),
             StageSpec(AUDIT_STAGE, "decisions"),
