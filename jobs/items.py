@@ -478,10 +478,20 @@ def record_calls(
 ) -> None:
     """Store one `api_calls` row per HTTP attempt (they happened, whatever becomes of the item). An attempt
     that answered a pack is stored once, on its head, listing every item it answered (`pack_items`)."""
-    if calls:
-        values = _call_values(item, calls, utcnow())
-        if pack_items is not None:
-            values = [{**v, "pack_items": list(pack_items)} for v in values]
+    record_calls_of(session, [(item, calls, pack_items)])
+
+
+def record_calls_of(
+    session: Session, tries: Sequence[tuple[ClaimedItem, Sequence[CallRow], Sequence[int] | None]]
+) -> None:
+    """`record_calls` for several items' tries (item, its calls, the pack they answered) in one statement."""
+    now = utcnow()
+    values = [
+        {**v, "pack_items": list(pack_items) if pack_items is not None else None}
+        for item, calls, pack_items in tries
+        for v in _call_values(item, calls, now)
+    ]
+    if values:
         session.execute(_INSERT_CALL, values)
 
 

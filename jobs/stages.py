@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -38,7 +38,7 @@ from checks.questions import QuestionRow
 from checks.recipes import RowLimits, recipe_for
 from jobs import bulk_load
 from jobs.intake import UnitSpec
-from jobs.items import record_calls, usage_of_rows
+from jobs.items import record_calls_of, usage_of_rows
 from jobs.keyset import page_rows
 from jobs.kinds import KINDS, JobKind, Staged, StageMachine, StreamLoad, Units
 from jobs.packs import shares
@@ -280,6 +280,17 @@ def _new_children(job: Job, question: Item, units: Sequence[UnitSpec]) -> list[I
     ]
 
 
+_INSERTED = (
+    "id", "job_id", "parent_id", "stage", "position", "custom_id", "mode", "endpoint", "input", "output",
+    "status", "attempts", "dedupe_key", "pack_of", "finished_at",
+)  # fmt: skip
+
+
+def _insert_row(item: Item) -> dict[str, object]:
+    """What `_spawn` sets on a new child, by column."""
+    return {name: getattr(item, name) for name in _INSERTED}
+
+
 def _spawn(
     session: Session,
     planned: Sequence[tuple[Job, Item, Sequence[UnitSpec]]],
@@ -314,12 +325,19 @@ def _spawn(
                     settled += len(group)
         complete.append(settled == len(items))
     if numbered:
-        session.add_all(every)
-    session.flush()
-    for job, group, answer in answered:
-        # Its call row once, on the head, naming every member (as a pack that was sent stores it).
-        pack = [i.id for i in group] if len(group) > 1 else None
-        record_calls(session, _claimed(job, group[0]), answer.calls, pack_items=pack)
+        # Numbered and final: one INSERT, none of the unit of work's bookkeeping (the items stay transient
+        # here; the caller reads them, nothing writes them again).
+        session.execute(insert(Item), [_insert_row(i) for i in every])
+    else:
+        session.flush()
+    # Each answered group's call row once, on its head, naming every member (as a sent pack stores it).
+    record_calls_of(
+        session,
+        [
+            (_claimed(job, group[0]), answer.calls, [i.id for i in group] if len(group) > 1 else None)
+            for job, group, answer in answered
+        ],
+    )
     return [(items, whole) for (*_, items), whole in zip(made, complete, strict=True)]
 
 
