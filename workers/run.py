@@ -306,23 +306,24 @@ def _settle_together(ctx: WorkerContext, done: Sequence[tuple[ClaimedItem, Outco
 def run_items_now(ctx: WorkerContext, item_ids: Sequence[int], epoch: int | None) -> None:
     """Claim, run and settle several items of a stage that calls nothing upstream (the `run_items` task's
     body): each claimed and run as `run_item_now` would, their outcomes stored together, and each job they
-    finished finalized once. An item that packs, or is out of tries, takes its own path."""
+    finished finalized once. An item out of tries, or one that packs, takes its own path; every lease is
+    kept alive from its claim until its item is settled."""
     claims: list[ClaimedItem] = []
-    for item_id in item_ids:
-        claim = _claim(ctx, item_id, epoch)
-        if isinstance(claim, Exhausted):
-            _after_exhausted(ctx, claim)
-        elif claim is not None and packs_of(claim):
-            _run_claimed(ctx, claim)
-        elif claim is not None:
-            claims.append(claim)
-    if not claims:
-        return
-    bind(job_id=claims[0].job_id)
+    alone: list[ClaimedItem] = []
+    steps: list[Step] = []
     with ExitStack() as held:
-        for claim in claims:
-            held.enter_context(ctx.leases.hold(claim.id, claim.token))
-        steps = _settle_together(ctx, [(claim, execute(ctx, claim)) for claim in claims])
+        for item_id in item_ids:
+            claim = _claim(ctx, item_id, epoch)
+            if isinstance(claim, Exhausted):
+                _after_exhausted(ctx, claim)
+            elif claim is not None:
+                held.enter_context(ctx.leases.hold(claim.id, claim.token))
+                (alone if packs_of(claim) else claims).append(claim)
+        if claims:
+            bind(job_id=claims[0].job_id)
+            steps = _settle_together(ctx, [(claim, execute(ctx, claim)) for claim in claims])
+        for claim in alone:
+            _run_claimed(ctx, claim)
     for job_id in sorted({s.job_id for s in steps if s.reported and s.job_id is not None}, key=str):
         _finalize_after(ctx, job_id)
 
