@@ -41,7 +41,7 @@ from jobs.webhooks import created_in
 from models import session_scope, utcnow
 from workers.context import WorkerContext
 from workers.faults import describe as describe_fault
-from workers.faults import is_infrastructure_fault, service_of
+from workers.faults import fault_line, is_infrastructure_fault
 from workers.kinds import handler_for
 from workers.leadership import refuse_stale_dispatch
 from workers.outcomes import Done, Failed, Outcome, Skipped, Transient
@@ -54,11 +54,6 @@ log = logging.getLogger("factgate.workers")
 
 
 SETTLE_PATIENCE_S = 30.0
-
-
-def _fault_line(exc: BaseException) -> str:
-    """`the database unreachable (OperationalError)`: what a log line says (no hosts or ports)."""
-    return f"{service_of(exc)} unreachable ({type(exc).__name__})"
 
 
 def advances_on_settle(stage: str) -> bool:
@@ -227,7 +222,7 @@ def _after_exhausted(ctx: WorkerContext, spent: Exhausted) -> None:
         _follow(ctx, step)
     except SQLAlchemyError as exc:
         if is_infrastructure_fault(exc):
-            log.warning("advancing question %s: %s; the sweeper will retry", spent.id, _fault_line(exc))
+            log.warning("advancing question %s: %s; the sweeper will retry", spent.id, fault_line(exc))
             return
         log.exception("advancing question %s failed; the sweeper will retry", spent.id)
 
@@ -263,7 +258,7 @@ def _finalize_after(ctx: WorkerContext, job_id: uuid.UUID) -> None:
         if not is_infrastructure_fault(exc):
             raise
         # The outcomes are stored; only the finalize after them is missing, and the sweep does it.
-        log.warning("job %s: could not finalize: %s; the sweep will", job_id, _fault_line(exc))
+        log.warning("job %s: could not finalize: %s; the sweep will", job_id, fault_line(exc))
 
 
 def run_item_now(ctx: WorkerContext, item_id: int, epoch: int | None) -> None:
