@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -78,6 +79,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def json_bytes(value: Any) -> bytes:
+    """JSON for the psycopg driver's JSONB parameters (every item's input and output, every report): orjson
+    writes it several times faster than the standard library, in the same JSON (keys that are numbers
+    become strings, as `json.dumps` makes them); JSONB keeps the value, not the text."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine with the settings each backend needs."""
     if url.startswith("sqlite"):
@@ -91,6 +99,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if "poolclass" not in kwargs:
         kwargs.setdefault("pool_size", 10)
         kwargs.setdefault("max_overflow", 20)
+    kwargs.setdefault("json_serializer", json_bytes)
+    kwargs.setdefault("json_deserializer", orjson.loads)
     engine = create_engine(url, **kwargs)
     if ping_when_idle:
         _ping_when_idle(engine)
