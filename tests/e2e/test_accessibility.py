@@ -283,7 +283,8 @@ def test_sign_in_with_the_keyboard_alone(web: WebEnv, caller: Caller) -> None:
     with serve(web.app) as base, chromium() as (page, watch):
         page.goto(f"{base}/sign-in")
         # The token field has the focus from the start (autofocus): type, Tab to the button, Enter.
-        assert page.evaluate("() => document.activeElement.id") == "token"
+        # Autofocus lands at the browser's next rendering update, not with the load event: wait for it.
+        expect(page.locator("#token")).to_be_focused()
         assert_focus_visible(page)
         page.keyboard.type(caller.token)
         tab_to(page, "button[type=submit]")

@@ -136,7 +136,8 @@ def test_a_bad_file_names_its_line_and_the_summary_leads_to_the_field(embedded: 
         assert 'line 3: field "claim": must not be empty' in summary
         assert 'line 3: field "label": must be true or false' in summary
         assert page.url.endswith("/jobs/new")
-        assert page.evaluate("document.activeElement.id") == "error-summary"
+        # Autofocus lands at the browser's next rendering update, not with the load event: wait for it.
+        expect(page.locator("#error-summary")).to_be_focused()
         assert page.input_value("#mode") == "ungrounded"  # the choice is kept
         assert page.get_attribute("#file", "aria-invalid") == "true"
         save_screenshot(page, "new-job-error", docs=True)
@@ -201,7 +202,7 @@ def test_without_script_every_group_is_shown_and_the_form_works(embedded: tuple[
         page.click("#submit-job")
         page.wait_for_selector("#error-summary")
         assert 'line 2: field "question"' in page.inner_text("#error-summary")
-        assert page.evaluate("document.activeElement.id") == "error-summary"
+        expect(page.locator("#error-summary")).to_be_focused()
         assert page.input_value("#kind") == "quote"
         page.set_input_files("#file", file_payload("questions.csv", "text/csv", questions))
         page.click("#submit-job")
