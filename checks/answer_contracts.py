@@ -256,7 +256,8 @@ class AnswerReportSummary(StageRecord):
     replaced: int = 0
     not_confirmed: int = 0
     not_reviewed: int = 0
-    decisions_requests: int = 0
+    decisions_requests: int = 0  # sent upstream (a pack once)
+    reused_requests: int = 0  # answered from the tenant's verdict store instead (docs/spec.md §10)
     decisions_input_tokens: int = 0
     agent_calls: int = 0
     seconds: float = 0.0

@@ -430,3 +430,30 @@ class PackPlace(StoredContract):
     def of(cls, output: Mapping[str, object] | None) -> PackPlace | None:
         found = (output or {}).get("pack")
         return cls.read(found) if isinstance(found, Mapping) else None
+
+
+@dataclass(frozen=True)
+class RequestTally:
+    """Decisions requests behind a report's rows: those sent upstream and those answered from the tenant's
+    verdict store instead (docs/spec.md §10). A report's `decisions_requests` counts the sent ones only."""
+
+    sent: int = 0
+    reused: int = 0
+
+    def __add__(self, other: RequestTally) -> RequestTally:
+        return RequestTally(self.sent + other.sent, self.reused + other.reused)
+
+
+def tally_requests(answered: Sequence[tuple[Mapping[str, object] | None, bool]]) -> RequestTally:
+    """The requests that answered some items, from each item's (output, answered from the store): a pack
+    once (by its head), an unpacked item each. A pack is reused whole or sent (docs/spec.md §10)."""
+    sent: set[int] = set()
+    reused: set[int] = set()
+    alone = RequestTally()
+    for output, from_store in answered:
+        place = PackPlace.of(output)
+        if place is None or place.size <= 1:
+            alone += RequestTally(0, 1) if from_store else RequestTally(1, 0)
+        else:
+            (reused if from_store else sent).add(place.head)
+    return alone + RequestTally(len(sent), len(reused))

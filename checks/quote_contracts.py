@@ -256,7 +256,8 @@ class QuoteRun(StageRecord):
 
 
 class QuoteReportSummary(StageRecord):
-    decisions_requests: int = 0
+    decisions_requests: int = 0  # sent upstream (a pack once)
+    reused_requests: int = 0  # answered from the tenant's verdict store instead (docs/spec.md §10)
     failed_requests: int = 0
     search_requests: int = 0
     input_tokens: int = 0

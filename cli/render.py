@@ -205,6 +205,7 @@ def answer_lines(line: AnswerResult) -> list[str]:
     out.append(
         f"sentences {summary.get('sentences', 0)}  investigated {summary.get('investigated', 0)}  "
         f"replaced {summary.get('replaced', 0)}  decisions requests {summary.get('decisions_requests', 0)}  "
+        f"reused {summary.get('reused_requests', 0)}  "
         f"input tokens {summary.get('decisions_input_tokens', 0):,}  seconds {summary.get('seconds', 0)}"
     )
     labels = [summary.get("before"), summary.get("after")]
@@ -257,6 +258,7 @@ def quote_lines(line: QuoteResult) -> list[str]:
     if summary:
         out.append(
             f"decisions requests {summary.get('decisions_requests', 0)}  "
+            f"reused {summary.get('reused_requests', 0)}  "
             f"search requests {summary.get('search_requests', 0)}  "
             f"input tokens {summary.get('input_tokens', 0):,}  seconds {summary.get('seconds', 0)}"
         )

@@ -42,7 +42,15 @@ from checks.answer_contracts import (
 from checks.citation_contracts import SentenceScore
 from checks.contracts import IncompleteStep, QuestionInput, given_reused_from
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
-from checks.packing import AUDIT_STAGE, DEFAULT_AUDIT_SHARE, PackPlace, answer_plan, group_sentences
+from checks.packing import (
+    AUDIT_STAGE,
+    DEFAULT_AUDIT_SHARE,
+    PackPlace,
+    RequestTally,
+    answer_plan,
+    group_sentences,
+    tally_requests,
+)
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.stage_steps import incomplete_step, job_model, seconds_since, step_counts, why
 from jobs.intake import UnitSpec
@@ -409,7 +417,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
     reviews: dict[int, gate.Review] = {p: gate.Review.not_reviewed() for p in past_limit}
     rewrites: dict[int, list[RewriteSentence]] = {}  # sentence number -> rewrite sentences
     partial_tokens = 0
-    requests = _requests([s.item for s in scored])
+    requests = _requests(scored)
     for position in chosen:
         number = scored[position].number
         inv = investigations.get(number)
@@ -417,7 +425,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             continue
         rewrite = inv.output.sentences
         rewrites[number] = rewrite
-        requests += _rewrite_requests(rewrite)
+        requests += _rewrite_requests(rewrite, inv.output.reused())
         if inv.item.status == "done":
             paragraph = originals[position].paragraph
             reviews[position] = gate.Review.of(
@@ -442,13 +450,15 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         [s.number for s in scored if s.label in gate.FLAGGED_LABELS],
         cancelled=incomplete,
     )
+    audited = sum(1 for c in children if c.stage == AUDIT and c.status == "done")  # always sent
     summary = AnswerReportSummary(
         sentences=len(sentences),
         investigated=figures.investigated,
         replaced=figures.replaced,
         not_confirmed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_CONFIRMED),
         not_reviewed=sum(1 for r in reviews.values() if r.outcome == gate.NOT_REVIEWED),
-        decisions_requests=requests + sum(1 for c in children if c.stage == AUDIT and c.status == "done"),
+        decisions_requests=requests.sent + audited,
+        reused_requests=requests.reused,
         decisions_input_tokens=figures.decisions_input_tokens + partial_tokens,
         agent_calls=1 + sum(1 for i in investigations.values() if i.item.status in ("done", "failed")),
         seconds=round(figures.seconds, 1),
@@ -535,24 +545,25 @@ def _audit_part(sentences: Sequence[_Sentence], audits: Sequence[Item]) -> Audit
     return audit_part(pairs) if pairs else None
 
 
-def _requests(scored: Sequence[Item]) -> int:
-    """Decisions requests that answered the scored sentences: a pack once (docs/spec.md §9.2)."""
-    heads: set[int] = set()
-    alone = 0
-    for item in scored:
-        place = PackPlace.of(item.output)
-        if place is None or place.size <= 1:
-            alone += 1
-        else:
-            heads.add(place.head)
-    return alone + len(heads)
+def _requests(scored: Sequence[_Sentence]) -> RequestTally:
+    """Decisions requests that answered the scored sentences, sent or answered from the verdict store: a
+    pack once (docs/spec.md §9.2, §10)."""
+    return tally_requests([(s.item.output, s.verdict.reused_from is not None) for s in scored])
 
 
-def _rewrite_requests(rewrite: Sequence[RewriteSentence]) -> int:
-    """Decisions requests that answered a rewrite's scored sentences: a pack once."""
+def _rewrite_requests(rewrite: Sequence[RewriteSentence], reused: Mapping[str, object]) -> RequestTally:
+    """Decisions requests that answered a rewrite's scored sentences: a pack once; `reused` holds the
+    investigation's requests answered from the verdict store, by original request id."""
     done = [s for s in rewrite if s.status == "done"]
-    packs = {s.pack.first for s in done if s.pack is not None}
-    return sum(1 for s in done if s.pack is None) + len(packs)
+    tally = RequestTally()
+    packs: dict[int, bool] = {}
+    for s in done:
+        from_store = bool(s.request_id) and s.request_id in reused
+        if s.pack is None:
+            tally += RequestTally(0, 1) if from_store else RequestTally(1, 0)
+        else:
+            packs[s.pack.first] = from_store
+    return tally + RequestTally(sum(1 for r in packs.values() if not r), sum(1 for r in packs.values() if r))
 
 
 def _agent_view(agent: AgentFacts | None) -> AgentView | None:

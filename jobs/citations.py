@@ -36,6 +36,7 @@ from checks.citation_verdicts import judge, metrics_of
 from checks.contracts import IncompleteStep, ItemStatusName
 from checks.kinds.citations import (
     ENTRY_STAGE,
+    RECIPE,
     REWRITE_STAGE,
     SENTENCE_STAGE,
     CitationsOptions,
@@ -43,7 +44,14 @@ from checks.kinds.citations import (
 )
 from checks.ndjson import RowLine
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
-from checks.packing import AUDIT_STAGE, PackPlace, flash_warning, group_sentences
+from checks.packing import (
+    AUDIT_STAGE,
+    PackPlace,
+    RequestTally,
+    flash_warning,
+    group_sentences,
+    tally_requests,
+)
 from checks.packing_audit import AuditPair, AuditPart, audit_part, audited
 from checks.recipes import RowLimits
 from checks.stage_steps import StepPlace, incomplete_step, step_counts
@@ -79,7 +87,13 @@ def citation_units(rows: Sequence[CitationRow], options: object) -> tuple[list[U
     """One entry item per answer (the in-memory path: JSON bodies, and every body on SQLite); the note on
     a RAGAS or DeepEval body is the job's warning."""
     units = [
-        UnitSpec(stage=ENTRY_STAGE, custom_id=row.id, mode="", input=row.entry.dump(), endpoint="decisions")
+        UnitSpec(
+            stage=ENTRY_STAGE,
+            custom_id=row.id,
+            mode="",
+            input=row.entry.dump(),
+            endpoint=RECIPE.endpoint_of(ENTRY_STAGE),
+        )
         for row in rows
     ]
     return units, rows_note(rows, _input_format(options)) + _warnings(options)
@@ -318,20 +332,12 @@ def _audit_part(
     return audit_part(pairs) if pairs else None
 
 
-def _requests(sentences: Sequence[Item]) -> int:
-    """Decisions requests that answered the scored sentences: a pack once, an unpacked sentence each (the
-    report adds the audit's and the review's)."""
-    heads: set[int] = set()
-    alone = 0
-    for item in sentences:
-        if item.status != "done":
-            continue
-        place = PackPlace.of(item.output)
-        if place is None or place.size <= 1:
-            alone += 1
-        else:
-            heads.add(place.head)
-    return alone + len(heads)
+def _requests(sentences: Sequence[Item]) -> RequestTally:
+    """Decisions requests that answered the scored sentences, sent or answered from the verdict store: a
+    pack once, an unpacked sentence each (the report adds the audit's and the review's, always sent)."""
+    return tally_requests(
+        [(i.output, bool((i.output or {}).get("reused_from"))) for i in sentences if i.status == "done"]
+    )
 
 
 # --- the report ----------------------------------------------------------------------------------------
@@ -450,11 +456,13 @@ def build_report(
         ]
     metrics = metrics_of(sentences)
     reviews = [s.review for s in sentences if s.review is not None]
+    tally = _requests(sentence_items)
     summary: dict[str, object] = {
         "sentences": len(sentences),
-        "decisions_requests": _requests(sentence_items)
+        "decisions_requests": tally.sent
         + sum(1 for a in audit_items if a.status == "done")
         + sum(len(r.sentences) for r in reviews if r.status is not None),
+        "reused_requests": tally.reused,
         "decisions_input_tokens": sum(s.input_tokens or 0 for s in sentences),
         "agent_calls": sum(1 for c in rewrites.values() if c.status in ("done", "failed")),
         "reviewed": sum(1 for r in reviews if r.status is not None),

@@ -22,7 +22,7 @@ from typing import Any
 from checks import quotes
 from checks.contracts import IncompleteStep, QuestionInput, given_reused_from
 from checks.options import CUTOFFS_MODEL, cutoffs_model_note
-from checks.packing import PackPlace
+from checks.packing import PackPlace, tally_requests
 from checks.quote_contracts import (
     CandidateRecord,
     CompareInput,
@@ -344,6 +344,7 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
             closest = _quote(outcome.closest, compare_request_id)
             closest_by = outcome.closest_by
     run = QuoteRun.model_validate(record.as_dict())
+    reused = _reused(ranked, compare)
     return QuoteReport(
         kind="quote",
         question=asked,
@@ -364,7 +365,8 @@ def report(job: Job, question: Item, children: Sequence[Item], *, incomplete: bo
         error=None,
         run=run,
         summary=QuoteReportSummary(
-            decisions_requests=run.totals.decisions_requests - _packed_away(ranked),
+            decisions_requests=run.totals.decisions_requests - _packed_away(ranked) - reused,
+            reused_requests=reused,
             failed_requests=run.totals.failed_requests,
             search_requests=1,
             input_tokens=run.totals.input_tokens,
@@ -384,6 +386,16 @@ def _packed_away(ranked: Sequence[_Rank]) -> int:
         if rank.item.status in ("done", "failed") and place is not None:
             sizes[place.head] = sizes.get(place.head, 0) + 1
     return sum(n - 1 for n in sizes.values())
+
+
+def _reused(ranked: Sequence[_Rank], compare: _Compare | None) -> int:
+    """Decisions requests of the question answered from the verdict store (docs/spec.md §10): a reused
+    rank pack once, and the compare request."""
+    ranks = tally_requests(
+        [(r.item.output, r.output.reused_from is not None) for r in ranked if r.item.status == "done"]
+    )
+    reused_compare = compare is not None and compare.item.status == "done" and compare.output.reused_from
+    return ranks.reused + (1 if reused_compare else 0)
 
 
 def _request_ids(search_ids: Sequence[str], ranked: Sequence[_Rank], compare_ids: Sequence[str]) -> list[str]:

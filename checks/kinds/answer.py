@@ -69,6 +69,7 @@ SUMMARY_TOTALS = (
     "not_confirmed",
     "not_reviewed",
     "decisions_requests",
+    "reused_requests",
     "decisions_input_tokens",
     "agent_calls",
     "seconds",

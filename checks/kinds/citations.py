@@ -243,6 +243,7 @@ def rows_note(rows: Iterable[CitationRow], input_format: str) -> list[str]:
 SUMMARY_TOTALS: Final = (
     "sentences",
     "decisions_requests",
+    "reused_requests",
     "decisions_input_tokens",
     "agent_calls",
     "reviewed",

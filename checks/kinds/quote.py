@@ -56,7 +56,14 @@ class QuoteSummary(QuestionsSummary):
 
 # --- job summary and results lines (pure: over stored reports) ------------------------------------------
 
-SUMMARY_TOTALS = ("decisions_requests", "failed_requests", "search_requests", "input_tokens", "seconds")
+SUMMARY_TOTALS = (
+    "decisions_requests",
+    "reused_requests",
+    "failed_requests",
+    "search_requests",
+    "input_tokens",
+    "seconds",
+)
 OUTCOMES = ("quoted", "no_answer", "failed", "skipped", "incomplete")
 
 

@@ -165,6 +165,20 @@ def _sent(stack: SharedStack, job_id: uuid.UUID) -> int:
         )
 
 
+def _reused(stack: SharedStack, job_id: uuid.UUID) -> int:
+    """Requests of the job answered from the verdict store (one `reused` row each)."""
+    with Session(stack.engine) as s:
+        return int(
+            s.scalar(select(func.count()).where(ApiCall.job_id == job_id, ApiCall.reused.is_(True))) or 0
+        )
+
+
+def _request_totals(job: dict[str, Any]) -> tuple[int, int]:
+    """The job summary's Decisions requests: (sent, answered from the store)."""
+    totals = job["summary"]["totals"]
+    return int(totals["decisions_requests"]), int(totals["reused_requests"])
+
+
 def _outputs(stack: SharedStack, job_id: uuid.UUID) -> list[dict[str, Any]]:
     with Session(stack.engine) as s:
         return [
@@ -345,6 +359,11 @@ def test_a_citations_rerun_says_reused_from_in_its_lines_csv_and_report(
         as_text=True).splitlines() if x.strip() and not x.startswith('{"_end"')]  # fmt: skip
     sentences = [s for line in lines for s in line["report"]["sentences"]]
     assert sentences and all(s["reused_from"]["request_id"] for s in sentences)
+    # The request counts say what was sent and what the store answered: each reused request once.
+    assert all(line["report"]["summary"]["decisions_requests"] == 0 for line in lines)
+    assert all(line["report"]["summary"]["reused_requests"] > 0 for line in lines)
+    assert _request_totals(acme.job(first)) == (_sent(stack, first), 0)
+    assert _request_totals(acme.job(second)) == (0, _reused(stack, second)) != (0, 0)
     csv_text = client.get(f"/v1/jobs/{second}/results?format=csv", headers=acme.headers).get_data(
         as_text=True
     )
@@ -440,6 +459,8 @@ def test_a_packed_answer_rerun_sends_no_decisions_request_audits_nothing_and_say
     assert all(row["reused_from"] for row in acme.csv(second))
     job = acme.job(second)
     assert job["summary"]["packing_audit"] is None
+    assert _request_totals(job) == (0, len(reused))
+    assert _request_totals(acme.job(first))[1] == 0
     assert (job["usage"]["reused"], job["usage"]["cost_usd"] > 0) == (len(reused), True)  # the Agent calls
     page = acme.page(f"/jobs/{second}")
     assert "reused from an earlier job" in page
@@ -492,6 +513,8 @@ def test_a_packed_quote_rerun_sends_no_decisions_request_and_says_reused_from(
         }
     assert all(row["reused_from"] for row in acme.csv(second))
     assert acme.job(second)["usage"]["reused"] == len(reused)
+    assert _request_totals(acme.job(second)) == (0, len(reused))
+    assert all(line["report"]["summary"]["reused_requests"] > 0 for line in lines)
     page = acme.page(f"/jobs/{second}")
     assert "reused from an earlier job" in page
     assert f"{len(reused)} answered from earlier jobs (reused, $0)" in page

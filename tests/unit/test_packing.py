@@ -12,12 +12,14 @@ from checks.options import OptionsError, parse_claims_options
 from checks.packing import (
     MAX_PACK_SIZE,
     PackPlace,
+    RequestTally,
     flash_warning,
     group_sentences,
     pack_claims,
     pack_sentences,
     sentence_questions,
     split_count,
+    tally_requests,
 )
 from checks.packing_audit import AuditPair, audit_part, audited, combine
 from jobs.items import ItemUsage
@@ -198,3 +200,22 @@ def test_a_pack_place_is_read_from_an_output() -> None:
         head=3, size=4, position=1
     )
     assert PackPlace.of({"p": 0.5}) is None and PackPlace.of(None) is None
+
+
+def test_a_tally_counts_a_pack_once_and_keeps_the_store_s_answers_apart() -> None:
+    def packed(head: int, size: int, position: int) -> dict[str, object]:
+        return {"pack": {"head": head, "size": size, "position": position}}
+
+    answered = [
+        (packed(1, 3, 0), False),
+        (packed(1, 3, 1), False),
+        (packed(1, 3, 2), False),
+        (packed(4, 2, 0), True),  # a pack the verdict store answered: reused whole
+        (packed(4, 2, 1), True),
+        ({}, False),  # unpacked: a request each
+        (None, True),
+        (packed(7, 1, 0), False),  # a pack of one is a request of its own
+    ]
+    assert tally_requests(answered) == RequestTally(sent=3, reused=2)
+    assert tally_requests([]) == RequestTally()
+    assert RequestTally(1, 2) + RequestTally(3, 4) == RequestTally(4, 6)
