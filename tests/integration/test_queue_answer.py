@@ -152,7 +152,10 @@ def test_reference_questions_are_answered_checked_and_reviewed(stack: Stack) -> 
     # and per investigation. Every attempt is a row of the item that made it.
     calls = _calls(stack.engine, job_id)
     assert sum(1 for c in calls if c.endpoint == "agent") == totals["agent_calls"]
-    assert sum(1 for c in calls if c.endpoint == "decisions") == totals["decisions_requests"]
+    # Sent and answered from the verdict store (an earlier job of the tenant's), each counted apart (§10).
+    decisions = [c for c in calls if c.endpoint == "decisions"]
+    assert sum(1 for c in decisions if not c.reused) == totals["decisions_requests"]
+    assert sum(1 for c in decisions if c.reused) == totals["reused_requests"]
     assert {c.item_id for c in calls} == {i.id for i in items}
     calls_by_request = {c.request_id: c for c in calls if c.request_id}
 
@@ -165,7 +168,8 @@ def test_reference_questions_are_answered_checked_and_reviewed(stack: Stack) -> 
         originals = [r for r in report["evidence"] if r["role"] == "original"]
         rewrites = [r for r in report["evidence"] if r["role"] == "rewrite"]
         assert len(originals) == report["summary"]["sentences"]
-        assert len(originals) + len(rewrites) == report["summary"]["decisions_requests"]
+        counts = report["summary"]
+        assert len(originals) + len(rewrites) == counts["decisions_requests"] + counts["reused_requests"]
         for row in originals:
             flagged = row["label"] in ("weak", "unsupported", "contradicted", "uncited")
             assert (row["investigation"] is not None) == flagged

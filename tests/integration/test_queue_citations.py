@@ -157,7 +157,9 @@ def test_examples_get_every_label_and_the_metrics_on_purpose(
     audits = len(first["report"]["sentences"])
     assert stages == {"answer": len(lines), "cited_sentence": metrics["sentences"], "audit_sentence": audits}
     answered = sum(1 for line in lines.values() if line["report"]["sentences"])
-    assert len(calls) == answered + audits == summary["totals"]["decisions_requests"]
+    totals = summary["totals"]
+    assert len(calls) == answered + audits == totals["decisions_requests"] + totals["reused_requests"]
+    assert totals["decisions_requests"] == sum(1 for c in calls if not c.reused)
     assert summary["packing_audit"]["sentences"] == audits
     rid = danube["request_id"]
     found = client.get(f"/v1/requests/{rid}", headers=auth)
