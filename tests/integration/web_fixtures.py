@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
 from jobs.items import claim_item, fail_item, finish_item, skip_item
-from jobs.records import CallRow
+from jobs.records import CallRow, ClaimedItem
 from jobs.tenancy import create_token
 from models import ApiCall, Item, Job, intake_rows, session_scope
 from web.app import create_app
@@ -156,7 +156,7 @@ def settle_items(
             if key not in outcomes:
                 continue
             claimed = claim_item(session, item.id, lease_s=300)
-            assert claimed is not None, key
+            assert isinstance(claimed, ClaimedItem), key  # a fresh item is never out of tries
             request_id = f"req-{item.custom_id}-{item.mode}"
             outcome = outcomes[key]
             call = CallRow(
