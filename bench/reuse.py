@@ -1,7 +1,7 @@
 """Verdict reuse across a tenant's jobs (issue 35): what a re-run costs when nothing, or a tenth, changed.
 
 The stack as the README and Procfile start it — the simulator as its own process at 10 Decisions requests/s
-with 0.3 s latency, gunicorn, one `celery worker` (the shipped FACTGATE_WORKER_CONCURRENCY threads) and beat — and one tenant submitting
+with 0.3 s latency (plus 65 ms a question beyond the first), gunicorn, one `celery worker` (the shipped FACTGATE_WORKER_CONCURRENCY threads) and beat — and one tenant submitting
 `citations` jobs over the API on the pinned model `pplx-decider-v1.2` (a `…-latest` alias is never reused):
 
 1. first: N realistic answers (bench/_answers.py: ~5 sentences and 4 sources each, some sources 2–10 kB);
@@ -13,9 +13,14 @@ For each run: the upstream requests (HTTP attempts the job sent, from `api_calls
 again; the simulator's own count beside it), the answers reused from the store, the time from POST to
 completed, and the ratios to the first. Then the first run's request rate, and the same rows' time against
 the least the first run could take (its requests at the full rate): a first run slower than the limit does
-not flatter that ratio. The simulator runs at normal priority here, as `factgate simulator` does: with the
-packed requests' long bodies its own arrival stamps jitter past the limiter's margin now and then, and
-the 429s that draws (see bench/at_limit.py, which runs it apart, for the pacing itself) slow the first run.
+not flatter that ratio.
+
+The simulator stands apart from the stack as in bench/at_limit.py (bench/_sim_recorder.py: real-time
+priority, a short GIL switch interval): at normal priority, on two cores shared with the worker and
+Postgres, its own handler threads stamp a packed request's arrival late now and then (the long bodies take
+their GIL turns), past the limiter's 10 ms arrival margin; each 429 that draws blocks the scope for its
+Retry-After second, and the first run measured the stand-in's scheduling more than our pacing (CHANGELOG.md).
+`--sim-same-priority` runs it that way.
 
     FACTGATE_BENCH_REDIS_URL=redis://127.0.0.1:6379/12 .venv/bin/python bench/reuse.py [--answers 2000]
 """
@@ -105,7 +110,7 @@ def _run(
     )
 
 
-def bench(n: int) -> list[str]:
+def bench(n: int, same_priority: bool = False) -> list[str]:
     flush_redis()
     rows = answers(n)
     edited = edit_answers(rows, EDITED_SHARE)
@@ -117,7 +122,15 @@ def bench(n: int) -> list[str]:
                "FACTGATE_SECRET_KEY": "x"}  # fmt: skip
         procs = Procs(env=env)
         try:
-            sim = procs.start_simulator(free_port(), "--decisions-rps", str(LIMIT), "--latency", "0.3")
+            sim = procs.start_recording_simulator(
+                free_port(),
+                "--decisions-rps",
+                str(LIMIT),
+                "--latency",
+                "0.3",
+                *(["--same-priority"] if same_priority else []),
+            )
+            priority = procs.log("simulator").strip().splitlines()[-1].partition(" at ")[2]
             procs.env["PERPLEXITY_API_BASE"] = sim
             web = procs.start_web(free_port(), workers=1)
             threads = Settings.from_env(procs.env).worker_concurrency
@@ -135,6 +148,7 @@ def bench(n: int) -> list[str]:
     lines = [
         f"verdict reuse: {n:,} citations answers ({first.sentences:,} sentences), model {MODEL}, simulator "
         f"{LIMIT:g} req/s, latency 0.3 s, web + 1 worker ({Settings.from_env().worker_concurrency} threads) + beat, one tenant",
+        f"  simulator (stands in for the remote API): {priority}",
         f"  {'run':8} {'status':10} {'requests':>9} {'(429s)':>7} {'(sim)':>7} {'reused':>7} {'time s':>8} "
         f"{'requests/first':>15} {'time/first':>11}",
     ]
@@ -172,8 +186,13 @@ def bench(n: int) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--answers", type=int, default=2_000)
+    ap.add_argument(
+        "--sim-same-priority",
+        action="store_true",
+        help="run the simulator at normal priority: its own scheduling delay then counts as arrival jitter",
+    )
     args = ap.parse_args()
-    print("\n".join(bench(args.answers)), flush=True)
+    print("\n".join(bench(args.answers, args.sim_same_priority)), flush=True)
 
 
 if __name__ == "__main__":
