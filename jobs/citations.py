@@ -343,6 +343,22 @@ def _requests(sentences: Sequence[Item]) -> RequestTally:
 # --- the report ----------------------------------------------------------------------------------------
 
 
+def _review_requests(rewrites: Iterable[Item]) -> RequestTally:
+    """Decisions requests of the reviews' rewrite sentences, one a sentence (a citations rewrite is not
+    packed), sent or answered from the verdict store: the rewrite's `reused_from` names the latter's ids."""
+    tally = RequestTally()
+    for item in rewrites:
+        out: Mapping[str, object] = item.output or {}
+        found = out.get("reused_from")
+        origins = found if isinstance(found, list) else [found]
+        reused = {str(o["request_id"]) for o in origins if isinstance(o, dict) and o.get("request_id")}
+        for sentence in cast("list[object]", out.get("sentences") or []):
+            if isinstance(sentence, dict):
+                from_store = str(sentence.get("request_id") or "") in reused
+                tally += RequestTally(0, 1) if from_store else RequestTally(1, 0)
+    return tally
+
+
 def _review(item: Item | None, outcome: str | None) -> CitationReview:
     """A rewrite item as the review of its sentence: outcome, the suggestion its supported sentences make."""
     if item is None:
@@ -456,12 +472,10 @@ def build_report(
         ]
     metrics = metrics_of(sentences)
     reviews = [s.review for s in sentences if s.review is not None]
-    tally = _requests(sentence_items)
+    tally = _requests(sentence_items) + _review_requests(rewrites.values())
     summary: dict[str, object] = {
         "sentences": len(sentences),
-        "decisions_requests": tally.sent
-        + sum(1 for a in audit_items if a.status == "done")
-        + sum(len(r.sentences) for r in reviews if r.status is not None),
+        "decisions_requests": tally.sent + sum(1 for a in audit_items if a.status == "done"),
         "reused_requests": tally.reused,
         "decisions_input_tokens": sum(s.input_tokens or 0 for s in sentences),
         "agent_calls": sum(1 for c in rewrites.values() if c.status in ("done", "failed")),

@@ -372,6 +372,37 @@ def test_a_citations_rerun_says_reused_from_in_its_lines_csv_and_report(
     assert all(row[at] for row in body if row and not row[0].startswith("#"))
 
 
+def test_a_reviewed_citations_rerun_counts_its_review_requests_as_reused(
+    stack: SharedStack, client: FlaskClient
+) -> None:
+    """A citations job with `review: agent` on a pinned model, run twice: the second sends its Agent call
+    again (the store keeps Decisions answers only) but no Decisions request, the rewrite sentences' among
+    them, and its report counts every one of them as reused, none as sent."""
+    acme = Tenant(stack, client)
+    rows = [
+        {"id": "flagged", "question": "Who won the 2024 Nobel Prize in Physics?",
+         "answer": "John Hopfield and Geoffrey Hinton won the 2024 Nobel Prize in Physics [1].",
+         "sources": [{"id": "1", "text": "The Louvre is the most visited museum in the world."}]},
+    ]  # fmt: skip
+    options = {"model": PINNED, "review": "agent", "pack_size": 1, "audit_share": 0}
+    first = acme.submit("citations", rows, options)
+    second = acme.submit("citations", rows, options)
+    (before,) = acme.lines(first)
+    (after,) = acme.lines(second)
+    review = after["report"]["sentences"][0]["review"]
+    assert review["status"] == "done" and review["sentences"], review
+    sent = before["report"]["summary"]["decisions_requests"]
+    assert sent == len(_sent_decisions(_rows(stack, first)[1])) > 1  # the sentence and its rewrite's
+    assert (
+        after["report"]["summary"]["decisions_requests"],
+        after["report"]["summary"]["reused_requests"],
+    ) == (
+        0,
+        sent,
+    )
+    assert _sent_decisions(_rows(stack, second)[1]) == []
+
+
 def test_a_citations_rerun_settles_its_sentences_as_they_are_created_never_dispatching_them(
     stack: SharedStack, client: FlaskClient
 ) -> None:
